@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libgdrcache: a registration cache for GPUDirect RDMA.
+ *
+ * A cache pins each GPU buffer once (64 KiB-aligned, after CU_POINTER_ATTRIBUTE_SYNC_MEMOPS), keeps
+ * it pinned in an LRU bounded by bytes and entries (lazy unpinning), and proves on every reuse that
+ * the buffer behind the address is still the one it pinned (CU_POINTER_ATTRIBUTE_BUFFER_ID tag check).
+ * With an ibv_pd the cache also owns the NIC memory region.
+ *
+ * Thread safety: every function may be called from any thread on the same or different caches at the
+ * same time; a registration may be released from any thread, once.
+ *
+ * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
+ * touches errno. Bad input is refused with the error named in its comment and a log line.
+ *
+ * Environment (read once, at the first gdr_cache_create; explicit attributes override it):
+ *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (suffixes K, M, G; default 4G)
+ *   GDRCACHE_MAX_ENTRIES   most cached entries (default 4096)
+ *   GDRCACHE_MAX_PIN_BYTES whole allocations up to this size are pinned whole (default 256M);
+ *                          larger ones are pinned in the 64 KiB-aligned requested range
+ *   GDRCACHE_BACKEND       auto | kmod | dmabuf | peermem            (default auto)
+ *   GDRCACHE_VALIDATE      tag                                       (default tag)
+ *   GDRCACHE_LOG           none | error | warn | info | debug        (default warn)
+ *   GDRCACHE_STATS         1: print every cache's statistics to stderr when it is destroyed or at exit
+ *   GDRCACHE_KMOD_DEV      path of the kernel module's device        (default /dev/gdrcache)
+ *   GDRCACHE_LIBCUDA       file name to dlopen instead of libcuda.so.1 (for tests and debugging)
+ */
+#ifndef GDRCACHE_H
+#define GDRCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gdrcache/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ibv_pd;
+struct ibv_mr;
+
+/* A cache. Opaque. */
+struct gdr_cache;
+/* One registration handed out by gdr_reg(): a reference on a pinned range (and its MR for one PD and
+ * access mask). Opaque; read it through the gdr_region_* accessors; give it back with gdr_dereg(). */
+struct gdr_region;
+
+enum gdr_backend {
+	GDR_BACKEND_AUTO = 0,  /* kmod if /dev/gdrcache opens, else dmabuf if the GPU exports dma-bufs,
+				  else peermem */
+	GDR_BACKEND_KMOD = 1,  /* gdrcache.ko: nvidia_p2p_get_pages; page list; kernel revocation events */
+	GDR_BACKEND_DMABUF = 2,/* cuMemGetHandleForAddressRange(DMA_BUF_FD) + ibv_reg_dmabuf_mr */
+	GDR_BACKEND_PEERMEM = 3,/* ibv_reg_mr on the GPU VA (nvidia-peermem); needs a PD */
+};
+
+enum gdr_validate {
+	GDR_VALIDATE_TAG = 0,  /* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
+};
+
+enum gdr_log_level {
+	GDR_LOG_NONE = 0,
+	GDR_LOG_ERROR = 1,
+	GDR_LOG_WARN = 2,
+	GDR_LOG_INFO = 3,
+	GDR_LOG_DEBUG = 4,
+};
+
+/* Which fields of struct gdr_cache_attr are set; others take the environment or the default. */
+enum gdr_cache_attr_field {
+	GDR_CACHE_ATTR_MAX_BYTES = 1u << 0,
+	GDR_CACHE_ATTR_MAX_ENTRIES = 1u << 1,
+	GDR_CACHE_ATTR_MAX_PIN_BYTES = 1u << 2,
+	GDR_CACHE_ATTR_BACKEND = 1u << 3,
+	GDR_CACHE_ATTR_VALIDATE = 1u << 4,
+	GDR_CACHE_ATTR_LOG_LEVEL = 1u << 5,
+};
+
+struct gdr_cache_attr {
+	uint64_t field_mask;   /* GDR_CACHE_ATTR_*; unknown bits: -EINVAL */
+	uint64_t max_bytes;    /* pinned bytes above which unreferenced entries are evicted (> 0) */
+	uint64_t max_entries;  /* entries above which unreferenced entries are evicted (> 0) */
+	uint64_t max_pin_bytes;/* allocations up to this size are pinned whole */
+	int32_t backend;       /* enum gdr_backend */
+	int32_t validate;      /* enum gdr_validate */
+	int32_t log_level;     /* enum gdr_log_level; the process-wide level (logging is per process) */
+	uint32_t reserved;     /* must be 0 */
+};
+
+/* What a registration's memory is. */
+enum gdr_mem_kind {
+	GDR_MEM_HOST = 0,      /* not GPU memory: registered straight through ibv_reg_mr, never cached */
+	GDR_MEM_DEVICE = 1,    /* cuMemAlloc / cudaMalloc / stream-ordered pool memory */
+	GDR_MEM_VMM = 2,       /* device memory mapped with cuMemMap (SYNC_MEMOPS set context-wide) */
+};
+
+/*
+ * Create a cache. attr may be NULL (environment and defaults). Returns 0 and *cache, or
+ * -EINVAL (NULL cache, unknown field bits, reserved != 0, a zero limit, an unknown backend or mode),
+ * -ENODEV (the backend asked for explicitly is unavailable: module not loaded, no CUDA driver),
+ * -ENOMEM.
+ * A process without libcuda gets a working cache: host memory passes through; GPU paths report
+ * -ENODEV (see gdr_reg).
+ */
+int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_cache **cache);
+
+/*
+ * Destroy a cache: unpins everything, deregisters its MRs, closes its dma-bufs.
+ * Returns 0, -EINVAL (NULL), or -EBUSY (registrations are still held: nothing is destroyed, the
+ * cache stays usable; release them first).
+ */
+int gdr_cache_destroy(struct gdr_cache *cache);
+
+/*
+ * Register [addr, addr+len) and take a reference. pd may be NULL: then the registration carries the
+ * pinned range (kmod page list or dma-buf fd) but no MR. access is an ibv_access_flags mask, used only
+ * with a pd. GPU device memory is served from the cache (a hit costs a tag check); host memory and
+ * memory CUDA does not know go straight to ibv_reg_mr (needs a pd).
+ * Returns 0 and *region, or
+ * -EINVAL (NULL cache/region, len 0, addr+len overflows, host memory without a pd),
+ * -EOPNOTSUPP (managed memory; peermem backend without a pd),
+ * -ENODEV (GPU memory asked of a process with no CUDA driver),
+ * -ENOMEM / -ENOSPC (nothing left to evict and the backend still cannot pin),
+ * or the backend's or libibverbs' error.
+ */
+int gdr_reg(struct gdr_cache *cache, struct ibv_pd *pd, void *addr, size_t len, int access,
+	    struct gdr_region **region);
+
+/*
+ * Release a reference taken by gdr_reg(). The range stays pinned in the cache until evicted.
+ * Returns 0, or -EINVAL (NULL, or a region already released: double dereg is detected while the
+ * cache holds the entry and logged).
+ */
+int gdr_dereg(struct gdr_region *region);
+
+/* Unpin every unreferenced entry. Returns the number of entries dropped, or -EINVAL. */
+int gdr_cache_flush(struct gdr_cache *cache);
+
+/* Accessors of a held registration. Each returns 0 or -EINVAL (NULL argument). */
+int gdr_region_mr(const struct gdr_region *region, struct ibv_mr **mr);          /* NULL without pd */
+int gdr_region_keys(const struct gdr_region *region, uint32_t *lkey, uint32_t *rkey);/* -ENOENT w/o pd */
+int gdr_region_range(const struct gdr_region *region, uint64_t *base, uint64_t *len);/* pinned range */
+int gdr_region_buffer_id(const struct gdr_region *region, uint64_t *buffer_id); /* of the allocation
+								    holding the requested address; 0 for host memory */
+int gdr_region_mem_kind(const struct gdr_region *region, enum gdr_mem_kind *kind);
+/* kmod backend: the module's handle, GPU page size and count. -ENOENT for other backends. */
+int gdr_region_kmod(const struct gdr_region *region, uint64_t *handle, uint32_t *page_size,
+		    uint32_t *page_count);
+/* kmod backend: copies up to max physical page addresses; returns the page count, or -errno. */
+int gdr_region_pages(const struct gdr_region *region, uint64_t *pages, uint32_t max);
+/* dmabuf backend: the dma-buf fd (owned by the cache: do not close it) and the offset of the pinned
+ * range's base inside it. -ENOENT for other backends. */
+int gdr_region_dmabuf(const struct gdr_region *region, int *fd, uint64_t *offset);
+
+struct gdr_cache_stats {
+	uint64_t hits;            /* gdr_reg served from a valid cached entry */
+	uint64_t misses;          /* gdr_reg that had to pin */
+	uint64_t stale;           /* entries found invalid (freed or reallocated buffer) and dropped */
+	uint64_t evictions;       /* entries unpinned to respect limits or to make room after a failure */
+	uint64_t pins;            /* backend pins made */
+	uint64_t unpins;          /* backend pins released */
+	uint64_t pinned_bytes;    /* pinned now */
+	uint64_t pinned_bytes_peak;
+	uint64_t entries;         /* cached entries now */
+	uint64_t passthrough;     /* host-memory registrations passed to ibv_reg_mr */
+	uint64_t tag_checks;      /* BUFFER_ID queries made to validate hits */
+	uint64_t sync_memops_set; /* allocations given SYNC_MEMOPS */
+	uint64_t sync_memops_ctx; /* times the context-wide CU_CTX_SYNC_MEMOPS was set instead */
+	uint64_t sync_memops_unavailable; /* allocations for which neither could be set */
+	uint64_t fail_pin;        /* pins that failed for good */
+	uint64_t fail_pin_retried;/* pins that failed for lack of resources, evicted and retried */
+	uint64_t fail_mr;         /* NIC registrations that failed */
+	uint64_t fail_cuda;       /* CUDA queries that failed unexpectedly */
+	uint64_t fail_input;      /* calls refused for bad input */
+	uint64_t refused_managed; /* managed memory refused */
+	uint64_t overlap_merged;  /* entries merged into a larger pin because a request spanned them */
+};
+
+/* Copy the cache's statistics. Returns 0 or -EINVAL. */
+int gdr_cache_get_stats(struct gdr_cache *cache, struct gdr_cache_stats *stats);
+
+/* The backend the cache uses (after AUTO was resolved). Returns 0 or -EINVAL. */
+int gdr_cache_backend(const struct gdr_cache *cache, enum gdr_backend *backend);
+
+/* Run-time version: GDR_VERSION_NUM(major, minor, patch) of the loaded library. */
+uint32_t gdr_cache_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GDRCACHE_H */

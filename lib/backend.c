@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* Backend choice: the configured one, or for "auto" the first that opens, with the reason logged. */
+#include <errno.h>
+
+#include "gdrcache_int.h"
+
+static const struct gdr_backend_ops *const by_id[] = {
+	[GDR_BACKEND_KMOD] = &gdr_backend_kmod_ops,
+	[GDR_BACKEND_DMABUF] = &gdr_backend_dmabuf_ops,
+	[GDR_BACKEND_PEERMEM] = &gdr_backend_peermem_ops,
+};
+
+/* What "auto" tries, best first. */
+static const enum gdr_backend auto_order[] = { GDR_BACKEND_KMOD, GDR_BACKEND_DMABUF,
+					       GDR_BACKEND_PEERMEM };
+
+int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b)
+{
+	const char *why = "";
+	int rc;
+
+	if (cfg->backend != GDR_BACKEND_AUTO) {
+		const struct gdr_backend_ops *ops = by_id[cfg->backend];
+
+		rc = ops->open(cfg, b, &why);
+		if (rc)
+			gdr_err("backend %s (asked for) is unavailable: %s", ops->name, why);
+		else
+			gdr_info("backend %s: asked for", ops->name);
+		return rc;
+	}
+	for (size_t i = 0; i < sizeof(auto_order) / sizeof(auto_order[0]); i++) {
+		const struct gdr_backend_ops *ops = by_id[auto_order[i]];
+
+		rc = ops->open(cfg, b, &why);
+		if (!rc) {
+			gdr_info("backend %s chosen automatically: %s", ops->name, why);
+			return 0;
+		}
+		gdr_info("backend %s not usable: %s", ops->name, why);
+	}
+	return -ENODEV;
+}
+
+int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
+			 uint32_t max)
+{
+	(void)b, (void)pin, (void)pages, (void)max;
+	return -ENOENT;
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Backend "dmabuf": the upstream-kernel path. The pin is a dma-buf exported by the CUDA driver
+ * (cuMemGetHandleForAddressRange(DMA_BUF_FD)); with a PD, ibv_reg_dmabuf_mr imports it. The open
+ * dma-buf keeps the GPU memory alive, so a freed buffer's entry must be dropped (its fd closed)
+ * promptly: the validator drops it at the next lookup that touches it, eviction or flush otherwise.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cuda_abi.h"
+#include "gdrcache_int.h"
+
+static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+{
+	struct gdr_be *b;
+	int supported = 0;
+
+	(void)cfg;
+	if (gdr_cuda_load()) {
+		*why = "no CUDA driver";
+		return -ENODEV;
+	}
+	if (gdr_cuda_device_attr(0, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &supported) ||
+	    !supported) {
+		*why = "GPU 0 does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
+		return -ENODEV;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	b->ops = &gdr_backend_dmabuf_ops;
+	*out = b;
+	*why = "GPU 0 exports dma-bufs";
+	return 0;
+}
+
+static void dmabuf_close(struct gdr_be *b)
+{
+	free(b);
+}
+
+static int dmabuf_pin(struct gdr_be *b, struct gdr_pin *pin)
+{
+	int fd, rc;
+
+	(void)b;
+	rc = gdr_cuda_dmabuf_export(pin->base, pin->len, &fd);
+	if (rc)
+		return rc;
+	pin->has_dmabuf = true;
+	pin->dmabuf_fd = fd;
+	pin->dmabuf_offset = 0;
+	return 0;
+}
+
+static void dmabuf_unpin(struct gdr_be *b, struct gdr_pin *pin)
+{
+	(void)b;
+	if (pin->has_dmabuf && close(pin->dmabuf_fd))
+		gdr_err("close of dma-buf fd %d failed", pin->dmabuf_fd);
+	pin->has_dmabuf = false;
+	pin->dmabuf_fd = -1;
+}
+
+static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
+			 int access, struct ibv_mr **mr)
+{
+	(void)b;
+	return gdr_verbs_reg_dmabuf(pd, pin->dmabuf_offset, pin->len, pin->base, pin->dmabuf_fd,
+				    access, mr);
+}
+
+const struct gdr_backend_ops gdr_backend_dmabuf_ops = {
+	.name = "dmabuf",
+	.id = GDR_BACKEND_DMABUF,
+	.open = dmabuf_open,
+	.close = dmabuf_close,
+	.pin = dmabuf_pin,
+	.unpin = dmabuf_unpin,
+	.reg_mr = dmabuf_reg_mr,
+	.pages = gdr_backend_no_pages,
+	.pins_without_pd = true,
+};

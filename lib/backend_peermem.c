@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Backend "peermem": for systems with nvidia-peermem loaded, where ibv_reg_mr on a GPU VA makes the
+ * NIC driver pin it through NVIDIA's peer-memory client. There is no pin apart from an MR, so this
+ * backend needs a PD for every registration (gdr_reg without one: -EOPNOTSUPP).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "gdrcache_int.h"
+
+static int peermem_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+{
+	struct gdr_be *b = calloc(1, sizeof(*b));
+
+	(void)cfg;
+	if (!b) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	b->ops = &gdr_backend_peermem_ops;
+	*out = b;
+	*why = "ibv_reg_mr on GPU addresses (needs nvidia-peermem)";
+	return 0;
+}
+
+static void peermem_close(struct gdr_be *b)
+{
+	free(b);
+}
+
+/* The MR is the pin: nothing to do until one is asked for. */
+static int peermem_pin(struct gdr_be *b, struct gdr_pin *pin)
+{
+	(void)b, (void)pin;
+	return 0;
+}
+
+static void peermem_unpin(struct gdr_be *b, struct gdr_pin *pin)
+{
+	(void)b, (void)pin;
+}
+
+static int peermem_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
+			  int access, struct ibv_mr **mr)
+{
+	(void)b;
+	return gdr_verbs_reg(pd, (void *)(uintptr_t)pin->base, pin->len, pin->base, access, mr);
+}
+
+const struct gdr_backend_ops gdr_backend_peermem_ops = {
+	.name = "peermem",
+	.id = GDR_BACKEND_PEERMEM,
+	.open = peermem_open,
+	.close = peermem_close,
+	.pin = peermem_pin,
+	.unpin = peermem_unpin,
+	.reg_mr = peermem_reg_mr,
+	.pages = gdr_backend_no_pages,
+	.pins_without_pd = false,
+};

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache: lookup, validation on reuse, pinning with eviction and retry, LRU lazy unpinning,
+ * reference counts and limits. One mutex per cache guards all of it (the hit path validates with
+ * the driver anyway in tag mode, and the driver serialises that call: FACTS.md).
+ *
+ * Invariants, all under c->lock:
+ *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries; an entry
+ *    replaced while a caller still holds it is "detached": out of the index, pinned until its last
+ *    gdr_dereg, never handed out again;
+ *  - an entry is in the LRU list iff it is indexed and unreferenced;
+ *  - after every call, pinned bytes and entries exceed their limits only by referenced entries.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+#include <utlist.h>
+
+#include "cuda_abi.h"
+#include "gdrcache_int.h"
+
+/* Buffer ids that got SYNC_MEMOPS (or proved VMM), so it is set once per allocation. */
+struct gdr_sync_set {
+	uint64_t id;
+	uint8_t kind;
+	UT_hash_handle hh;
+};
+
+
+#define ATTR_FIELDS_ALL                                                                         \
+	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |   \
+	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_LOG_LEVEL)
+
+static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
+{
+	uint64_t m = a->field_mask;
+
+	if (m & ~(uint64_t)ATTR_FIELDS_ALL) {
+		gdr_err("unknown attribute field bits %#llx",
+			(unsigned long long)(m & ~(uint64_t)ATTR_FIELDS_ALL));
+		return -EINVAL;
+	}
+	if (a->reserved) {
+		gdr_err("attribute reserved field is not zero");
+		return -EINVAL;
+	}
+	if (((m & GDR_CACHE_ATTR_MAX_BYTES) && !a->max_bytes) ||
+	    ((m & GDR_CACHE_ATTR_MAX_ENTRIES) && !a->max_entries) ||
+	    ((m & GDR_CACHE_ATTR_MAX_PIN_BYTES) && !a->max_pin_bytes)) {
+		gdr_err("a limit attribute is zero");
+		return -EINVAL;
+	}
+	if ((m & GDR_CACHE_ATTR_BACKEND) &&
+	    (a->backend < GDR_BACKEND_AUTO || a->backend > GDR_BACKEND_PEERMEM)) {
+		gdr_err("unknown backend %d", a->backend);
+		return -EINVAL;
+	}
+	if ((m & GDR_CACHE_ATTR_VALIDATE) && !gdr_validator_for(a->validate)) {
+		gdr_err("unknown validation mode %d", a->validate);
+		return -EINVAL;
+	}
+	if ((m & GDR_CACHE_ATTR_LOG_LEVEL) &&
+	    (a->log_level < GDR_LOG_NONE || a->log_level > GDR_LOG_DEBUG)) {
+		gdr_err("unknown log level %d", a->log_level);
+		return -EINVAL;
+	}
+	if (m & GDR_CACHE_ATTR_MAX_BYTES)
+		cfg->max_bytes = a->max_bytes;
+	if (m & GDR_CACHE_ATTR_MAX_ENTRIES)
+		cfg->max_entries = a->max_entries;
+	if (m & GDR_CACHE_ATTR_MAX_PIN_BYTES)
+		cfg->max_pin_bytes = a->max_pin_bytes;
+	if (m & GDR_CACHE_ATTR_BACKEND)
+		cfg->backend = a->backend;
+	if (m & GDR_CACHE_ATTR_VALIDATE)
+		cfg->validate = a->validate;
+	if (m & GDR_CACHE_ATTR_LOG_LEVEL)
+		cfg->log_level = a->log_level;
+	return 0;
+}
+
+int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
+			 struct gdr_cache **out)
+{
+	struct gdr_config cfg;
+	struct gdr_cache *c;
+	const char *why = "";
+	int rc;
+
+	if (!out) {
+		gdr_err("NULL cache pointer");
+		return -EINVAL;
+	}
+	*out = NULL;
+	cfg = *gdr_config_get();
+	if (attr) {
+		rc = apply_attr(&cfg, attr);
+		if (rc)
+			return rc;
+		if (attr->field_mask & GDR_CACHE_ATTR_LOG_LEVEL)
+			gdr_log_level = cfg.log_level;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->cfg = cfg;
+	c->validator = gdr_validator_for(cfg.validate);
+	c->cuda_ok = gdr_cuda_load() == 0;
+	rc = ops ? ops->open(&cfg, &c->backend, &why) : gdr_backend_select(&cfg, &c->backend);
+	if (rc) {
+		if (ops)
+			gdr_err("backend %s unavailable: %s", ops->name, why);
+		free(c);
+		return rc;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	gdr_stats_track(c);
+	*out = c;
+	return 0;
+}
+
+GDR_EXPORT int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_cache **cache)
+{
+	return gdr_cache_create_ops(attr, NULL, cache);
+}
+
+/* ---- region records ------------------------------------------------------------------------- */
+
+static void quarantine(struct gdr_cache *c, struct gdr_region *r)
+{
+	/* A released record stays readable (magic DEAD) a while, so a late second gdr_dereg is
+	 * refused instead of touching freed memory. */
+	r->magic = GDR_REGION_DEAD;
+	r->refs = 0;
+	if (c->qlen == GDR_QUARANTINE) {
+		free(c->quarantine[c->qhead]);
+		c->quarantine[c->qhead] = r;
+		c->qhead = (c->qhead + 1) % GDR_QUARANTINE;
+	} else {
+		c->quarantine[(c->qhead + c->qlen++) % GDR_QUARANTINE] = r;
+	}
+}
+
+/* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
+
+static void synced_forget(struct gdr_cache *c, uint64_t id)
+{
+	struct gdr_sync_set *s;
+
+	HASH_FIND(hh, c->synced, &id, sizeof(id), s);
+	if (s) {
+		HASH_DEL(c->synced, s);
+		free(s);
+		c->nsynced--;
+	}
+}
+
+static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
+{
+	struct gdr_sync_set *s;
+	int rc;
+
+	HASH_FIND(hh, c->synced, &t->buffer_id, sizeof(t->buffer_id), s);
+	if (s) {
+		t->kind = s->kind;
+		return 0;
+	}
+	rc = gdr_cuda_set_sync_memops(t->start);
+	if (!rc) {
+		t->kind = GDR_MEM_DEVICE;
+		c->st.sync_memops_set++;
+	} else if (rc == -EOPNOTSUPP) {
+		/* VMM memory (cuMemMap) refuses the pointer attribute: FACTS.md. It is still device
+		 * memory; the context-wide flag gives the same guarantee. */
+		t->kind = GDR_MEM_VMM;
+		rc = gdr_cuda_ctx_sync_memops();
+		if (rc > 0) {
+			c->st.sync_memops_ctx++;
+		} else if (rc < 0) {
+			c->st.sync_memops_unavailable++;
+			gdr_log_once(GDR_LOG_WARN,
+				     "SYNC_MEMOPS unavailable for VMM memory at %#llx (%s): RDMA "
+				     "reads may race with cudaMemcpy; counted in stats",
+				     (unsigned long long)t->start,
+				     rc == -EOPNOTSUPP ? "driver lacks cuCtxSetFlags" :
+				     rc == -ENXIO ? "no current context" : "cuCtxSetFlags failed");
+		}
+	} else {
+		c->st.fail_cuda++;
+		return rc;
+	}
+	s = malloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->id = t->buffer_id;
+	s->kind = t->kind;
+	HASH_ADD(hh, c->synced, id, sizeof(s->id), s);
+	/* Bounded: forget the oldest ids (insertion order); repeating SYNC_MEMOPS is harmless. */
+	if (++c->nsynced > 4 * c->cfg.max_entries + 1024) {
+		struct gdr_sync_set *old = c->synced;
+
+		HASH_DEL(c->synced, old);
+		free(old);
+		c->nsynced--;
+	}
+	return 0;
+}
+
+/* ---- entries ------------------------------------------------------------------------------- */
+
+static void lru_add(struct gdr_cache *c, struct gdr_entry *e)
+{
+	DL_APPEND(c->lru, e);
+	e->in_lru = true;
+}
+
+static void lru_del(struct gdr_cache *c, struct gdr_entry *e)
+{
+	if (e->in_lru) {
+		DL_DELETE(c->lru, e);
+		e->in_lru = false;
+	}
+}
+
+static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
+{
+	struct gdr_mrec *m, *mt;
+	struct gdr_region *r, *rt;
+
+	lru_del(c, e);
+	if (e->in_index)
+		gdr_index_remove(&c->index, e);
+	LL_FOREACH_SAFE(e->mrecs, m, mt) {
+		gdr_verbs_dereg(m->mr);
+		free(m);
+	}
+	LL_FOREACH_SAFE(e->regions, r, rt)
+		quarantine(c, r);
+	c->backend->ops->unpin(c->backend, &e->pin);
+	c->st.unpins++;
+	c->st.entries--;
+	gdr_stats_pinned(c, -(int64_t)e->len);
+	free(e->tags);
+	free(e);
+}
+
+/* Take e out of service: unpinned now if nobody holds it, else when its last holder lets go. */
+static void entry_drop(struct gdr_cache *c, struct gdr_entry *e)
+{
+	if (e->in_index)
+		gdr_index_remove(&c->index, e);
+	lru_del(c, e);
+	if (!e->refs)
+		entry_destroy(c, e);
+}
+
+static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
+{
+	c->st.stale++;
+	for (uint32_t i = 0; i < e->ntags; i++)
+		synced_forget(c, e->tags[i].buffer_id);
+	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->base,
+		(unsigned long long)e->len);
+	entry_drop(c, e);
+}
+
+/* Evict least recently used unreferenced entries while over the limits, or until `need` bytes
+ * have been freed. Returns the number evicted. */
+static int evict(struct gdr_cache *c, uint64_t need)
+{
+	uint64_t freed = 0;
+	int n = 0;
+
+	while (c->lru && (c->st.pinned_bytes > c->cfg.max_bytes ||
+			  c->st.entries > c->cfg.max_entries || freed < need)) {
+		struct gdr_entry *e = c->lru;
+
+		freed += e->len;
+		c->st.evictions++;
+		entry_destroy(c, e);
+		n++;
+	}
+	return n;
+}
+
+/* Validate the tags of e that overlap [a, a+len), or all of them (all = true).
+ * 0: valid and covering [a, a+len); 1: valid but with a gap; -ESTALE: some tag is stale. */
+static int entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all)
+{
+	uint64_t covered = a, end = a + len;
+
+	for (uint32_t i = 0; i < e->ntags; i++) {
+		const struct gdr_tag *t = &e->tags[i];
+		uint64_t tend = t->start + t->size;
+		bool overlaps = t->start < end && tend > a;
+
+		if (!overlaps && !all)
+			continue;
+		if (c->validator->check(c, t))
+			return -ESTALE;
+		if (overlaps && t->start <= covered && tend > covered)
+			covered = tend;
+	}
+	return covered >= end ? 0 : 1;
+}
+
+static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
+{
+	for (uint32_t i = 0; i < e->ntags; i++)
+		if (e->tags[i].start <= a && a < e->tags[i].start + e->tags[i].size)
+			return &e->tags[i];
+	return NULL;
+}
+
+/* Add tags to e, keeping them sorted by start and unique by buffer id. */
+static int entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i;
+
+		for (i = 0; i < e->ntags; i++)
+			if (e->tags[i].buffer_id == t[k].buffer_id)
+				break;
+		if (i < e->ntags)
+			continue;
+		if (e->ntags == e->tags_cap) {
+			uint32_t cap = e->tags_cap ? e->tags_cap * 2 : 1;
+			struct gdr_tag *v = realloc(e->tags, cap * sizeof(*v));
+
+			if (!v)
+				return -ENOMEM;
+			e->tags = v;
+			e->tags_cap = cap;
+		}
+		for (i = e->ntags; i > 0 && e->tags[i - 1].start > t[k].start; i--)
+			e->tags[i] = e->tags[i - 1];
+		e->tags[i] = t[k];
+		e->ntags++;
+	}
+	return 0;
+}
+
+/* Hand out a reference on e for (pd, access), making its MR if needed. */
+static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
+		      uint64_t a, struct gdr_region **out)
+{
+	const struct gdr_tag *t = entry_tag_at(e, a);
+	uint64_t id = t ? t->buffer_id : 0;
+	struct gdr_region *r;
+	struct gdr_mrec *m = NULL;
+	int rc;
+
+	if (!pd)
+		access = 0;
+	LL_FOREACH(e->regions, r)
+		if (r->pd == pd && r->access == access && r->buffer_id == id)
+			break;
+	/* Hold e first: making the MR may evict, and must not evict e. */
+	if (!e->refs++)
+		lru_del(c, e);
+	if (!r) {
+		if (pd) {
+			LL_FOREACH(e->mrecs, m)
+				if (m->pd == pd && m->access == access)
+					break;
+		}
+		if (pd && !m) {
+			m = calloc(1, sizeof(*m));
+			if (!m) {
+				rc = -ENOMEM;
+				goto err_put;
+			}
+			for (;;) {
+				rc = c->backend->ops->reg_mr(c->backend, &e->pin, pd, access, &m->mr);
+				if ((rc != -ENOMEM && rc != -ENOSPC) || !evict(c, e->len))
+					break;
+				c->st.fail_pin_retried++;
+			}
+			if (rc) {
+				c->st.fail_mr++;
+				gdr_err("NIC registration of [%#llx, +%llu) failed: %d",
+					(unsigned long long)e->base, (unsigned long long)e->len, rc);
+				free(m);
+				goto err_put;
+			}
+			m->pd = pd;
+			m->access = access;
+			LL_PREPEND(e->mrecs, m);
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			rc = -ENOMEM;
+			goto err_put;
+		}
+		r->magic = GDR_REGION_LIVE;
+		r->cache = c;
+		r->entry = e;
+		r->pd = pd;
+		r->access = access;
+		r->mr = m ? m->mr : NULL;
+		r->buffer_id = id;
+		r->kind = t ? t->kind : GDR_MEM_DEVICE;
+		LL_PREPEND(e->regions, r);
+	}
+	r->refs++;
+	*out = r;
+	return 0;
+
+err_put:
+	if (!--e->refs)
+		lru_add(c, e);
+	return rc;
+}
+
+/* ---- classification and pinning --------------------------------------------------------------- */
+
+/* Walk the CUDA allocations under [a, a+len). 0 with tags; 1: host memory (or unknown to CUDA);
+ * -EOPNOTSUPP: managed; -EINVAL: the range mixes GPU and other memory or spans too many pieces. */
+static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_tag *tags,
+		    uint32_t *ntags)
+{
+	uint64_t q = a, end = a + len;
+	uint32_t n = 0;
+
+	while (q < end) {
+		struct gdr_ptr_info pi;
+		int rc = gdr_cuda_classify(q, &pi);
+
+		if (rc) {
+			c->st.fail_cuda++;
+			return rc;
+		}
+		if (pi.managed) {
+			c->st.refused_managed++;
+			gdr_warn("%#llx is CUDA managed memory: GPUDirect RDMA does not support it",
+				 (unsigned long long)q);
+			return -EOPNOTSUPP;
+		}
+		if (pi.mem_type != GDR_CU_MEMORYTYPE_DEVICE) {
+			if (q == a)
+				return 1;
+			gdr_err("[%#llx, +%llu) mixes GPU memory and other memory",
+				(unsigned long long)a, (unsigned long long)len);
+			return -EINVAL;
+		}
+		if (!pi.size || pi.start > q || pi.start + pi.size <= q) {
+			c->st.fail_cuda++;
+			gdr_err("CUDA reports allocation [%#llx, +%llu) for %#llx",
+				(unsigned long long)pi.start, (unsigned long long)pi.size,
+				(unsigned long long)q);
+			return -EIO;
+		}
+		if (n == GDR_MAX_TAGS) {
+			gdr_err("[%#llx, +%llu) spans more than %d GPU allocations",
+				(unsigned long long)a, (unsigned long long)len, GDR_MAX_TAGS);
+			return -EINVAL;
+		}
+		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
+					      .buffer_id = pi.buffer_id, .kind = GDR_MEM_DEVICE };
+		q = pi.start + pi.size;
+	}
+	*ntags = n;
+	return 0;
+}
+
+/* Pin [base, base+len), evicting unreferenced entries and retrying while the backend is short of
+ * pinnable space (BAR exhaustion: -ENOMEM / -ENOSPC). */
+static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
+{
+	int rc;
+
+	for (;;) {
+		rc = c->backend->ops->pin(c->backend, pin);
+		if (rc != -ENOMEM && rc != -ENOSPC)
+			break;
+		if (!evict(c, pin->len))
+			break;
+		c->st.fail_pin_retried++;
+	}
+	if (rc) {
+		c->st.fail_pin++;
+		gdr_err("pinning [%#llx, +%llu) failed: %d", (unsigned long long)pin->base,
+			(unsigned long long)pin->len, rc);
+		return rc;
+	}
+	c->st.pins++;
+	return 0;
+}
+
+/* A miss: pin a new entry for tags, taking over the entries it overlaps. */
+static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const struct gdr_tag *tags,
+			uint32_t ntags, struct gdr_entry **out)
+{
+	uint64_t lo = tags[0].start, hi = tags[ntags - 1].start + tags[ntags - 1].size;
+	uint64_t base, end;
+	struct gdr_entry *e;
+	size_t i;
+	int rc;
+
+	/* The whole allocation(s) up to the cap, else the requested range; 64 KiB-aligned. */
+	if (hi - lo <= c->cfg.max_pin_bytes) {
+		base = GDR_ALIGN_DOWN(lo);
+		end = GDR_ALIGN_UP(hi);
+	} else {
+		base = GDR_ALIGN_DOWN(a);
+		end = GDR_ALIGN_UP(a + len);
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	rc = entry_add_tags(e, tags, ntags);
+	if (rc)
+		goto err_free;
+
+	/* Entries sharing pages with the new range: a valid one is merged into it (its range and
+	 * tags), a stale one dropped; either way it leaves the index first, so no page is pinned
+	 * twice by indexed entries. */
+	i = gdr_index_lower(&c->index, base);
+	while (i < c->index.n && c->index.v[i]->base < end) {
+		struct gdr_entry *o = c->index.v[i];
+
+		if (entry_check(c, o, o->base, o->len, true) < 0) {
+			entry_stale(c, o);
+			continue;
+		}
+		rc = entry_add_tags(e, o->tags, o->ntags);
+		if (rc)
+			goto err_free;
+		if (o->base < base)
+			base = o->base;
+		if (o->base + o->len > end)
+			end = o->base + o->len;
+		c->st.overlap_merged++;
+		entry_drop(c, o);
+		i = gdr_index_lower(&c->index, base);
+	}
+
+	e->base = e->pin.base = base;
+	e->len = e->pin.len = end - base;
+	e->pin.dmabuf_fd = -1;
+	rc = pin_retry(c, &e->pin);
+	if (rc)
+		goto err_free;
+	rc = gdr_index_insert(&c->index, e);
+	if (rc) {
+		c->backend->ops->unpin(c->backend, &e->pin);
+		goto err_free;
+	}
+	c->st.entries++;
+	gdr_stats_pinned(c, (int64_t)e->len);
+	*out = e;
+	return 0;
+
+err_free:
+	free(e->tags);
+	free(e);
+	return rc;
+}
+
+static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
+		    struct gdr_region **out)
+{
+	struct gdr_region *r;
+	int rc;
+
+	if (!pd) {
+		c->st.fail_input++;
+		gdr_err("%#llx is not GPU memory%s and no PD was given: nothing to register",
+			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
+		return c->cuda_ok ? -EINVAL : -ENODEV;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
+	if (rc) {
+		c->st.fail_mr++;
+		free(r);
+		return rc;
+	}
+	r->magic = GDR_REGION_LIVE;
+	r->cache = c;
+	r->pd = pd;
+	r->access = access;
+	r->kind = GDR_MEM_HOST;
+	r->refs = 1;
+	c->st.passthrough++;
+	c->nhost++;
+	*out = r;
+	return 0;
+}
+
+static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
+		      struct gdr_region **out)
+{
+	struct gdr_tag tags[GDR_MAX_TAGS];
+	struct gdr_entry *e = gdr_index_find(&c->index, a);
+	uint32_t ntags = 0;
+	int rc;
+
+	if (e && a + len <= e->base + e->len) {
+		rc = entry_check(c, e, a, len, false);
+		if (rc == 0) {
+			c->st.hits++;
+			return entry_take(c, e, pd, access, a, out);
+		}
+		if (rc < 0) {
+			entry_stale(c, e);
+			e = NULL;
+		}
+	} else {
+		e = NULL;
+	}
+
+	if (!c->cuda_ok)
+		return reg_host(c, pd, a, len, access, out);
+	rc = classify(c, a, len, tags, &ntags);
+	if (rc == 1)
+		return reg_host(c, pd, a, len, access, out);
+	if (rc)
+		return rc;
+	if (!pd && !c->backend->ops->pins_without_pd) {
+		c->st.fail_input++;
+		gdr_err("backend %s registers GPU memory only with a PD", c->backend->ops->name);
+		return -EOPNOTSUPP;
+	}
+	for (uint32_t i = 0; i < ntags; i++) {
+		rc = sync_memops(c, &tags[i]);
+		if (rc)
+			return rc;
+	}
+
+	/* Inside a pinned range but partly outside its known allocations: another allocation that
+	 * shares the entry's pages. If every allocation the entry already serves is still alive, the
+	 * pinned pages have stayed what they were, so the entry serves the new one too. */
+	if (e) {
+		if (entry_check(c, e, e->base, e->len, true) < 0) {
+			entry_stale(c, e);
+		} else {
+			rc = entry_add_tags(e, tags, ntags);
+			if (rc)
+				return rc;
+			c->st.hits++;
+			return entry_take(c, e, pd, access, a, out);
+		}
+	}
+
+	c->st.misses++;
+	rc = entry_create(c, a, len, tags, ntags, &e);
+	if (rc)
+		return rc;
+	rc = entry_take(c, e, pd, access, a, out);
+	if (rc && !e->refs)
+		lru_add(c, e); /* pinned and valid: keep it for the next caller */
+	return rc;
+}
+
+GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
+		       struct gdr_region **region)
+{
+	uint64_t a = (uintptr_t)addr;
+	int rc;
+
+	if (!c || !region) {
+		gdr_err("NULL %s", c ? "region pointer" : "cache");
+		return -EINVAL;
+	}
+	*region = NULL;
+	if (!len || a + len < a) {
+		pthread_mutex_lock(&c->lock);
+		c->st.fail_input++;
+		pthread_mutex_unlock(&c->lock);
+		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	rc = reg_locked(c, pd, a, len, access, region);
+	if (!rc)
+		evict(c, 0);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+GDR_EXPORT int gdr_dereg(struct gdr_region *r)
+{
+	struct gdr_cache *c;
+	struct gdr_entry *e;
+
+	if (!r) {
+		gdr_err("NULL region");
+		return -EINVAL;
+	}
+	if (r->magic != GDR_REGION_LIVE) {
+		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
+		return -EINVAL;
+	}
+	c = r->cache;
+	pthread_mutex_lock(&c->lock);
+	if (!r->refs) {
+		c->st.fail_input++;
+		pthread_mutex_unlock(&c->lock);
+		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
+		return -EINVAL;
+	}
+	e = r->entry;
+	if (!e) {
+		gdr_verbs_dereg(r->mr);
+		c->nhost--;
+		quarantine(c, r);
+	} else {
+		r->refs--;
+		if (!--e->refs) {
+			if (e->in_index) {
+				lru_add(c, e);
+				evict(c, 0);
+			} else {
+				entry_destroy(c, e); /* detached: its last holder is gone */
+			}
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
+{
+	int n = 0;
+
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	while (c->lru) {
+		entry_destroy(c, c->lru);
+		n++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
+{
+	struct gdr_sync_set *s, *st;
+	uint64_t held = 0;
+
+	if (!c) {
+		gdr_err("NULL cache");
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->index.n; i++)
+		held += c->index.v[i]->refs;
+	if (held || c->nhost || c->st.entries != c->index.n) {
+		pthread_mutex_unlock(&c->lock);
+		gdr_err("cache %p still has registrations held: release them first", (void *)c);
+		return -EBUSY;
+	}
+	while (c->index.n)
+		entry_destroy(c, c->index.v[0]);
+	pthread_mutex_unlock(&c->lock);
+
+	gdr_stats_untrack(c);
+	c->backend->ops->close(c->backend);
+	HASH_ITER(hh, c->synced, s, st) {
+		HASH_DEL(c->synced, s);
+		free(s);
+	}
+	for (unsigned i = 0; i < c->qlen; i++)
+		free(c->quarantine[(c->qhead + i) % GDR_QUARANTINE]);
+	gdr_index_free(&c->index);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+GDR_EXPORT int gdr_cache_get_stats(struct gdr_cache *c, struct gdr_cache_stats *stats)
+{
+	if (!c || !stats)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	*stats = c->st;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+GDR_EXPORT int gdr_cache_backend(const struct gdr_cache *c, enum gdr_backend *backend)
+{
+	if (!c || !backend)
+		return -EINVAL;
+	*backend = c->backend->ops->id;
+	return 0;
+}
+
+GDR_EXPORT uint32_t gdr_cache_version(void)
+{
+	return GDR_VERSION_NUM(GDR_VERSION_MAJOR, GDR_VERSION_MINOR, GDR_VERSION_PATCH);
+}

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA driver, reached at run time: dlopen("libcuda.so.1"), then every entry point through
+ * cuGetProcAddress (as the CUDA runtime itself does), so that the library has no link-time
+ * dependency on libcuda and a process without it keeps its host paths.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "cuda_abi.h"
+#include "gdrcache_int.h"
+
+static struct {
+	int status;                 /* 0, or -ENODEV */
+	gdr_cuInit_t init;
+	gdr_cuGetErrorName_t get_error_name;
+	gdr_cuPointerGetAttribute_t get_attribute;
+	gdr_cuPointerGetAttributes_t get_attributes;
+	gdr_cuPointerSetAttribute_t set_attribute;
+	gdr_cuCtxGetCurrent_t ctx_get_current;
+	gdr_cuCtxGetFlags_t ctx_get_flags;
+	gdr_cuCtxSetFlags_t ctx_set_flags;      /* NULL before CUDA 12.1 */
+	gdr_cuDeviceGetAttribute_t device_attr;
+	gdr_cuMemGetHandleForAddressRange_t dmabuf;  /* NULL before CUDA 11.7 */
+} cu = { .status = -ENODEV };
+
+/* Contexts that already have CU_CTX_SYNC_MEMOPS from us. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static gdr_CUcontext ctx_done[64];
+static unsigned ctx_ndone;
+
+static const char *cu_err(gdr_CUresult rc)
+{
+	const char *s = NULL;
+
+	if (cu.get_error_name && cu.get_error_name(rc, &s) == GDR_CUDA_SUCCESS && s)
+		return s;
+	return "CUDA error";
+}
+
+static void cuda_load_once(void)
+{
+	const struct gdr_config *cfg = gdr_config_get();
+	gdr_cuGetProcAddress_v2_t gpa2;
+	gdr_cuGetProcAddress_v1_t gpa1 = NULL;
+	void *h;
+	int rc;
+
+	h = dlopen(cfg->libcuda, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		gdr_info("no CUDA driver (%s): GPU memory cannot be registered, host memory can",
+			 dlerror());
+		return;
+	}
+	gpa2 = (gdr_cuGetProcAddress_v2_t)dlsym(h, "cuGetProcAddress_v2");
+	if (!gpa2)
+		gpa1 = (gdr_cuGetProcAddress_v1_t)dlsym(h, "cuGetProcAddress");
+	if (!gpa2 && !gpa1) {
+		gdr_warn("%s has no cuGetProcAddress: driver too old (CUDA 11.3 or later is needed)",
+			 cfg->libcuda);
+		dlclose(h);
+		return;
+	}
+
+#define RESOLVE(field, name, required)                                                       \
+	do {                                                                                 \
+		void *fn_ = NULL;                                                            \
+		int st_ = 0;                                                                 \
+		rc = gpa2 ? gpa2(name, &fn_, GDR_CUDA_API_VERSION, GDR_CU_GET_PROC_ADDRESS_DEFAULT, \
+				 &st_)                                                       \
+			  : gpa1(name, &fn_, GDR_CUDA_API_VERSION,                          \
+				 GDR_CU_GET_PROC_ADDRESS_DEFAULT);                           \
+		if (rc != GDR_CUDA_SUCCESS || !fn_) {                                        \
+			fn_ = NULL;                                                          \
+			if (required) {                                                      \
+				gdr_warn("CUDA driver lacks %s: GPU paths disabled", name);  \
+				return;                                                      \
+			}                                                                    \
+		}                                                                            \
+		memcpy(&cu.field, &fn_, sizeof(fn_));                                        \
+	} while (0)
+
+	RESOLVE(init, "cuInit", true);
+	RESOLVE(get_error_name, "cuGetErrorName", false);
+	RESOLVE(get_attribute, "cuPointerGetAttribute", true);
+	RESOLVE(get_attributes, "cuPointerGetAttributes", true);
+	RESOLVE(set_attribute, "cuPointerSetAttribute", true);
+	RESOLVE(ctx_get_current, "cuCtxGetCurrent", true);
+	RESOLVE(ctx_get_flags, "cuCtxGetFlags", false);
+	RESOLVE(ctx_set_flags, "cuCtxSetFlags", false);
+	RESOLVE(device_attr, "cuDeviceGetAttribute", true);
+	RESOLVE(dmabuf, "cuMemGetHandleForAddressRange", false);
+#undef RESOLVE
+
+	rc = cu.init(0);
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_warn("cuInit failed: %s (%d): GPU paths disabled", cu_err(rc), rc);
+		return;
+	}
+	/* The handle stays open for the life of the process: the entry points live in it. */
+	cu.status = 0;
+	gdr_info("CUDA driver loaded from %s", cfg->libcuda);
+}
+
+int gdr_cuda_load(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, cuda_load_once);
+	return cu.status;
+}
+
+int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
+{
+	/* Zeroed 8-byte slots: each attribute writes its own width (bool, int, u64) into one. */
+	uint64_t v[6] = { 0 };
+	int attrs[6] = {
+		GDR_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      GDR_CU_POINTER_ATTRIBUTE_BUFFER_ID,
+		GDR_CU_POINTER_ATTRIBUTE_IS_MANAGED,       GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+		GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE,       GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	};
+	void *data[6] = { &v[0], &v[1], &v[2], &v[3], &v[4], &v[5] };
+	int rc;
+
+	if (cu.status)
+		return -ENODEV;
+	rc = cu.get_attributes(6, attrs, data, addr);
+	memset(info, 0, sizeof(*info));
+	if (rc == GDR_CUDA_ERROR_INVALID_VALUE)
+		return 0; /* not a pointer CUDA knows */
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_err("cuPointerGetAttributes(%#llx): %s (%d)", (unsigned long long)addr,
+			cu_err(rc), rc);
+		return -EIO;
+	}
+	info->mem_type = (int)(uint32_t)v[0];
+	info->buffer_id = v[1];
+	info->managed = (v[2] & 0xff) != 0;
+	info->start = v[3];
+	info->size = v[4];
+	info->device = (int)(uint32_t)v[5];
+	return 0;
+}
+
+int gdr_cuda_buffer_id(uint64_t addr, uint64_t *id)
+{
+	unsigned long long v = 0;
+	int rc;
+
+	if (cu.status)
+		return -ENODEV;
+	rc = cu.get_attribute(&v, GDR_CU_POINTER_ATTRIBUTE_BUFFER_ID, addr);
+	if (rc == GDR_CUDA_ERROR_INVALID_VALUE)
+		return -ESTALE;
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_err("cuPointerGetAttribute(BUFFER_ID, %#llx): %s (%d)",
+			(unsigned long long)addr, cu_err(rc), rc);
+		return -EIO;
+	}
+	*id = v;
+	return 0;
+}
+
+int gdr_cuda_set_sync_memops(uint64_t addr)
+{
+	unsigned int one = 1;
+	int rc;
+
+	if (cu.status)
+		return -ENODEV;
+	rc = cu.set_attribute(&one, GDR_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, addr);
+	if (rc == GDR_CUDA_SUCCESS)
+		return 0;
+	if (rc == GDR_CUDA_ERROR_NOT_SUPPORTED)
+		return -EOPNOTSUPP;
+	gdr_err("cuPointerSetAttribute(SYNC_MEMOPS, %#llx): %s (%d)", (unsigned long long)addr,
+		cu_err(rc), rc);
+	return -EIO;
+}
+
+int gdr_cuda_ctx_sync_memops(void)
+{
+	gdr_CUcontext ctx = NULL;
+	unsigned int flags = 0;
+	int rc, ret = 0;
+
+	if (cu.status)
+		return -ENODEV;
+	if (!cu.ctx_set_flags || !cu.ctx_get_flags)
+		return -EOPNOTSUPP;
+	rc = cu.ctx_get_current(&ctx);
+	if (rc != GDR_CUDA_SUCCESS || !ctx)
+		return -ENXIO;
+	pthread_mutex_lock(&ctx_lock);
+	for (unsigned i = 0; i < ctx_ndone; i++)
+		if (ctx_done[i] == ctx)
+			goto out;
+	rc = cu.ctx_get_flags(&flags);
+	if (rc == GDR_CUDA_SUCCESS && !(flags & GDR_CU_CTX_SYNC_MEMOPS))
+		rc = cu.ctx_set_flags(flags | GDR_CU_CTX_SYNC_MEMOPS);
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_err("cuCtxSetFlags(CU_CTX_SYNC_MEMOPS): %s (%d)", cu_err(rc), rc);
+		ret = -EIO;
+		goto out;
+	}
+	if (ctx_ndone < sizeof(ctx_done) / sizeof(ctx_done[0]))
+		ctx_done[ctx_ndone++] = ctx;
+	ret = 1; /* newly set */
+out:
+	pthread_mutex_unlock(&ctx_lock);
+	return ret;
+}
+
+int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int *fd)
+{
+	int h = -1;
+	int rc;
+
+	if (cu.status)
+		return -ENODEV;
+	if (!cu.dmabuf)
+		return -EOPNOTSUPP;
+	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_err("cuMemGetHandleForAddressRange(%#llx, %llu): %s (%d)",
+			(unsigned long long)base, (unsigned long long)len, cu_err(rc), rc);
+		return rc == GDR_CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM :
+		       rc == GDR_CUDA_ERROR_NOT_SUPPORTED ? -EOPNOTSUPP : -EIO;
+	}
+	*fd = h;
+	return 0;
+}
+
+int gdr_cuda_device_attr(int device, int attr, int *value)
+{
+	int rc;
+
+	if (cu.status)
+		return -ENODEV;
+	rc = cu.device_attr(value, attr, device);
+	return rc == GDR_CUDA_SUCCESS ? 0 : -EIO;
+}

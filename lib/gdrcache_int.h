@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal interfaces between the library's concerns (never installed). */
+#ifndef GDRCACHE_INT_H
+#define GDRCACHE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gdrcache.h"
+
+#define GDR_EXPORT __attribute__((visibility("default")))
+#define GDR_GPU_PAGE (64ULL * 1024)
+#define GDR_ALIGN_DOWN(x) ((x) & ~(GDR_GPU_PAGE - 1))
+#define GDR_ALIGN_UP(x) (((x) + GDR_GPU_PAGE - 1) & ~(GDR_GPU_PAGE - 1))
+/* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
+#define GDR_MAX_TAGS 64
+
+/* ---- log.c ---------------------------------------------------------------------------------- */
+extern int gdr_log_level;
+void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define gdr_log(level, ...)                                                    \
+	do {                                                                   \
+		if ((level) <= gdr_log_level)                                  \
+			gdr_log_write((level), __func__, __LINE__, __VA_ARGS__); \
+	} while (0)
+#define gdr_err(...) gdr_log(GDR_LOG_ERROR, __VA_ARGS__)
+#define gdr_warn(...) gdr_log(GDR_LOG_WARN, __VA_ARGS__)
+#define gdr_info(...) gdr_log(GDR_LOG_INFO, __VA_ARGS__)
+#define gdr_dbg(...) gdr_log(GDR_LOG_DEBUG, __VA_ARGS__)
+/* Log once per process (per call site). */
+#define gdr_log_once(level, ...)                                                     \
+	do {                                                                         \
+		static int logged_;                                                  \
+		if (!__atomic_exchange_n(&logged_, 1, __ATOMIC_RELAXED))             \
+			gdr_log(level, __VA_ARGS__);                                 \
+	} while (0)
+
+/* ---- config.c ------------------------------------------------------------------------------- */
+struct gdr_config {
+	uint64_t max_bytes;
+	uint64_t max_entries;
+	uint64_t max_pin_bytes;
+	int backend;
+	int validate;
+	int log_level;
+	bool stats;
+	char kmod_dev[256];
+	char libcuda[256];
+};
+/* The environment, parsed once. Invalid values are logged and replaced by the default. */
+const struct gdr_config *gdr_config_get(void);
+/* Parse a size with optional K/M/G/T suffix. Returns 0 or -EINVAL. */
+int gdr_parse_size(const char *s, uint64_t *out);
+
+/* ---- cuda.c: the CUDA driver, loaded at run time ---------------------------------------------- */
+struct gdr_ptr_info {
+	int mem_type;          /* CUmemorytype, 0 when CUDA does not know the pointer */
+	bool managed;
+	int device;            /* ordinal */
+	uint64_t buffer_id;
+	uint64_t start, size;  /* the allocation (or VMM mapping) holding the pointer */
+};
+/* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
+int gdr_cuda_load(void);
+/* One cuPointerGetAttributes query. 0 (mem_type 0 = unknown to CUDA), -ENODEV, -EIO. */
+int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info);
+/* cuPointerGetAttribute(BUFFER_ID). 0, -ESTALE (CUDA no longer knows the address), -EIO. */
+int gdr_cuda_buffer_id(uint64_t addr, uint64_t *id);
+/* SYNC_MEMOPS on the allocation. 0, -EOPNOTSUPP (NOT_SUPPORTED: VMM memory), -EIO. */
+int gdr_cuda_set_sync_memops(uint64_t addr);
+/* CU_CTX_SYNC_MEMOPS on the current context, once per context. 1 (set now), 0 (set before),
+ * -EOPNOTSUPP (driver without cuCtxSetFlags), -ENXIO (no current context), -EIO. */
+int gdr_cuda_ctx_sync_memops(void);
+/* cuMemGetHandleForAddressRange(DMA_BUF_FD). 0 and *fd, or -errno. */
+int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int *fd);
+/* cuDeviceGetAttribute. 0 or -errno. */
+int gdr_cuda_device_attr(int device, int attr, int *value);
+
+/* ---- verbs.c: NIC memory regions, through a table tests can replace --------------------------- */
+struct gdr_verbs_ops {
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access);
+	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+					int fd, int access);
+	int (*dereg_mr)(struct ibv_mr *mr);
+};
+extern const struct gdr_verbs_ops *gdr_verbs;
+extern const struct gdr_verbs_ops gdr_verbs_libibverbs;
+/* Wrappers returning 0 / -errno. */
+int gdr_verbs_reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access,
+		  struct ibv_mr **mr);
+int gdr_verbs_reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+			 int access, struct ibv_mr **mr);
+int gdr_verbs_dereg(struct ibv_mr *mr);
+void gdr_mr_keys(const struct ibv_mr *mr, uint32_t *lkey, uint32_t *rkey);
+void gdr_mr_range(const struct ibv_mr *mr, uint64_t *base, uint64_t *len);
+
+/* ---- backends ------------------------------------------------------------------------------ */
+/* One pinned range, as a backend made it. */
+struct gdr_pin {
+	uint64_t base, len;          /* 64 KiB-aligned */
+	bool has_kmod;
+	uint64_t kmod_handle;
+	uint32_t page_size, page_count;
+	bool has_dmabuf;
+	int dmabuf_fd;
+	uint64_t dmabuf_offset;
+};
+
+struct gdr_be;
+struct gdr_backend_ops {
+	const char *name;
+	enum gdr_backend id;
+	/* Open the backend; 0, or -ENODEV with *why saying what is missing. */
+	int (*open)(const struct gdr_config *cfg, struct gdr_be **b, const char **why);
+	void (*close)(struct gdr_be *b);
+	/* Pin pin->base/len. 0 or -errno (-ENOMEM / -ENOSPC: out of pinnable space, worth evicting). */
+	int (*pin)(struct gdr_be *b, struct gdr_pin *pin);
+	void (*unpin)(struct gdr_be *b, struct gdr_pin *pin);
+	/* Register the pinned range with a NIC. 0 or -errno. */
+	int (*reg_mr)(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
+		      struct ibv_mr **mr);
+	/* Physical page addresses (kmod); the count, or -errno (-ENOENT when the backend has none). */
+	int (*pages)(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max);
+	/* Whether this backend works without a PD (a pin exists before any MR). */
+	bool pins_without_pd;
+};
+/* Every backend embeds this first. */
+struct gdr_be {
+	const struct gdr_backend_ops *ops;
+};
+
+extern const struct gdr_backend_ops gdr_backend_kmod_ops;
+extern const struct gdr_backend_ops gdr_backend_dmabuf_ops;
+extern const struct gdr_backend_ops gdr_backend_peermem_ops;
+/* backend.c: choose and open (cfg->backend, AUTO resolved with the reason logged). */
+int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
+/* Shared default for backends without a page list. */
+int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
+			 uint32_t max);
+/* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */
+struct gdr_kmod_sys {
+	int (*open)(const char *path, int flags);
+	int (*close)(int fd);
+	int (*ioctl)(int fd, unsigned long req, void *arg);
+	void *(*mmap)(size_t len, int fd);
+	int (*munmap)(void *addr, size_t len);
+};
+extern const struct gdr_kmod_sys *gdr_kmod_sys;
+
+/* ---- validate.c: is a cached allocation still the one that was pinned? ----------------------- */
+struct gdr_tag {
+	uint64_t start, size;  /* the CUDA allocation (or VMM mapping) */
+	uint64_t buffer_id;
+	uint8_t kind;          /* enum gdr_mem_kind */
+};
+struct gdr_cache;
+struct gdr_validator_ops {
+	const char *name;
+	/* 0 = still valid, -ESTALE = freed or replaced, other -errno = could not tell (treated stale) */
+	int (*check)(struct gdr_cache *c, const struct gdr_tag *tag);
+};
+extern const struct gdr_validator_ops gdr_validate_tag_ops;
+const struct gdr_validator_ops *gdr_validator_for(int mode);
+
+/* ---- cache.c ----------------------------------------------------------------------------------- */
+struct gdr_entry;
+#define GDR_REGION_LIVE 0x6764726c69766521ULL
+#define GDR_REGION_DEAD 0x6764726465616421ULL
+struct gdr_region {
+	uint64_t magic;            /* GDR_REGION_LIVE while the record exists */
+	struct gdr_cache *cache;
+	struct gdr_entry *entry;   /* NULL: host memory passed through */
+	struct ibv_pd *pd;
+	int access;
+	uint32_t refs;
+	struct ibv_mr *mr;
+	uint64_t buffer_id;        /* of the allocation the record was first made for */
+	uint8_t kind;
+	struct gdr_region *next;   /* in the entry's list */
+};
+
+/* One NIC memory region of an entry, per (pd, access), shared by its region records. */
+struct gdr_mrec {
+	struct ibv_pd *pd;
+	int access;
+	struct ibv_mr *mr;
+	struct gdr_mrec *next;
+};
+
+struct gdr_entry {
+	uint64_t base, len;        /* == pin.base/len */
+	uint32_t refs;             /* held registrations, all regions */
+	bool in_index;             /* false once detached: stale or merged while referenced */
+	uint32_t ntags, tags_cap;
+	struct gdr_tag *tags;      /* sorted by start, non-overlapping */
+	struct gdr_pin pin;
+	struct gdr_region *regions;
+	struct gdr_mrec *mrecs;
+	struct gdr_entry *prev, *next; /* LRU (unreferenced entries only) */
+	bool in_lru;
+};
+
+/* index.c: the non-overlapping cached entries, sorted by base. */
+struct gdr_index {
+	struct gdr_entry **v;
+	size_t n, cap;
+};
+/* The entry whose range holds addr, or NULL. */
+struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
+/* Position of the first entry that ends after addr. */
+size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr);
+int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e);
+void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e);
+void gdr_index_free(struct gdr_index *ix);
+
+struct gdr_sync_set;  /* buffer ids given SYNC_MEMOPS (uthash) */
+
+#define GDR_QUARANTINE 256
+struct gdr_cache {
+	pthread_mutex_t lock;
+	struct gdr_config cfg;
+	bool cuda_ok;
+	struct gdr_be *backend;
+	const struct gdr_validator_ops *validator;
+	struct gdr_index index;
+	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
+	struct gdr_sync_set *synced;
+	uint64_t nsynced;
+	struct gdr_cache_stats st;
+	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
+	struct gdr_region *quarantine[GDR_QUARANTINE]; /* released records kept before free() */
+	unsigned qhead, qlen;
+	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
+};
+
+/* Create with an explicit backend (NULL ops: the configured one); what unit tests use. */
+int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
+			 struct gdr_cache **cache);
+
+/* stats.c */
+void gdr_stats_print(const struct gdr_cache *c, const char *why);
+void gdr_stats_track(struct gdr_cache *c);
+void gdr_stats_untrack(struct gdr_cache *c);
+void gdr_stats_pinned(struct gdr_cache *c, int64_t delta);
+
+#endif /* GDRCACHE_INT_H */

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* Statistics: counters live in struct gdr_cache; this prints them (GDRCACHE_STATS=1, at exit too). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "gdrcache_int.h"
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gdr_cache *live;
+
+void gdr_stats_pinned(struct gdr_cache *c, int64_t delta)
+{
+	c->st.pinned_bytes += (uint64_t)delta;
+	if (c->st.pinned_bytes > c->st.pinned_bytes_peak)
+		c->st.pinned_bytes_peak = c->st.pinned_bytes;
+}
+
+void gdr_stats_print(const struct gdr_cache *c, const char *why)
+{
+	const struct gdr_cache_stats *s = &c->st;
+
+	fprintf(stderr,
+		"gdrcache[%d] stats (%s, backend %s, validate %s): hits %" PRIu64 " misses %" PRIu64
+		" stale %" PRIu64 " evictions %" PRIu64 " pins %" PRIu64 " unpins %" PRIu64
+		" pinned_bytes %" PRIu64 " peak %" PRIu64 " entries %" PRIu64
+		" passthrough %" PRIu64 " tag_checks %" PRIu64 " sync_memops %" PRIu64
+		" sync_memops_ctx %" PRIu64 " sync_memops_unavailable %" PRIu64
+		" fail_pin %" PRIu64 " fail_pin_retried %" PRIu64 " fail_mr %" PRIu64
+		" fail_cuda %" PRIu64 " fail_input %" PRIu64 " refused_managed %" PRIu64
+		" overlap_merged %" PRIu64 "\n",
+		(int)getpid(), why, c->backend->ops->name, c->validator->name, s->hits, s->misses,
+		s->stale, s->evictions, s->pins, s->unpins, s->pinned_bytes, s->pinned_bytes_peak,
+		s->entries, s->passthrough, s->tag_checks, s->sync_memops_set, s->sync_memops_ctx,
+		s->sync_memops_unavailable, s->fail_pin, s->fail_pin_retried, s->fail_mr,
+		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged);
+}
+
+static void print_live_at_exit(void)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct gdr_cache *c = live; c; c = c->next_live)
+		gdr_stats_print(c, "at exit");
+	pthread_mutex_unlock(&live_lock);
+}
+
+void gdr_stats_track(struct gdr_cache *c)
+{
+	static bool registered;
+
+	if (!c->cfg.stats)
+		return;
+	pthread_mutex_lock(&live_lock);
+	if (!registered) {
+		registered = true;
+		atexit(print_live_at_exit);
+	}
+	c->next_live = live;
+	live = c;
+	pthread_mutex_unlock(&live_lock);
+}
+
+void gdr_stats_untrack(struct gdr_cache *c)
+{
+	if (!c->cfg.stats)
+		return;
+	pthread_mutex_lock(&live_lock);
+	for (struct gdr_cache **p = &live; *p; p = &(*p)->next_live) {
+		if (*p == c) {
+			*p = c->next_live;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+	gdr_stats_print(c, "destroy");
+}

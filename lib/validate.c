@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Validation: is a cached allocation still the one that was pinned? Mode "tag" asks the driver for
+ * CU_POINTER_ATTRIBUTE_BUFFER_ID on every hit: ids are process-wide unique and never reused, so an
+ * equal id proves the same allocation, and a freed (or freed and reallocated) buffer shows as
+ * INVALID_VALUE or as a new id. Event-validated modes plug in here as further gdr_validator_ops.
+ */
+#include <errno.h>
+
+#include "gdrcache_int.h"
+
+static int tag_check(struct gdr_cache *c, const struct gdr_tag *tag)
+{
+	uint64_t id = 0;
+	int rc;
+
+	c->st.tag_checks++;
+	rc = gdr_cuda_buffer_id(tag->start, &id);
+	if (rc)
+		return rc;
+	return id == tag->buffer_id ? 0 : -ESTALE;
+}
+
+const struct gdr_validator_ops gdr_validate_tag_ops = {
+	.name = "tag",
+	.check = tag_check,
+};
+
+const struct gdr_validator_ops *gdr_validator_for(int mode)
+{
+	switch (mode) {
+	case GDR_VALIDATE_TAG:
+		return &gdr_validate_tag_ops;
+	default:
+		return NULL;
+	}
+}
