@@ -174,6 +174,8 @@ struct gdr_cache_stats {
 	uint64_t fail_input;      /* calls refused for bad input */
 	uint64_t refused_managed; /* managed memory refused */
 	uint64_t overlap_merged;  /* entries merged into a larger pin because a request spanned them */
+	uint64_t detached;        /* entries replaced (stale or merged) while still held: pinned until
+				     their last gdr_dereg, never handed out again; now */
 };
 
 /* Copy the cache's statistics. Returns 0 or -EINVAL. */

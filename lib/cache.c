@@ -231,6 +231,8 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	lru_del(c, e);
 	if (e->in_index)
 		gdr_index_remove(&c->index, e);
+	else
+		c->st.detached--;
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
 		gdr_verbs_dereg(m->mr);
 		free(m);
@@ -248,8 +250,10 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 /* Take e out of service: unpinned now if nobody holds it, else when its last holder lets go. */
 static void entry_drop(struct gdr_cache *c, struct gdr_entry *e)
 {
-	if (e->in_index)
+	if (e->in_index) {
 		gdr_index_remove(&c->index, e);
+		c->st.detached++;
+	}
 	lru_del(c, e);
 	if (!e->refs)
 		entry_destroy(c, e);

@@ -113,21 +113,35 @@ int gdr_cuda_load(void)
 	return cu.status;
 }
 
+/* Whether the driver knows MAPPING_BASE_ADDR / MAPPING_SIZE (CUDA 12.x); cleared on the first
+ * refusal, after which the query goes without them. */
+static int have_mapping_attrs = 1;
+
 int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 {
 	/* Zeroed 8-byte slots: each attribute writes its own width (bool, int, u64) into one. */
-	uint64_t v[6] = { 0 };
-	int attrs[6] = {
+	uint64_t v[8] = { 0 };
+	int attrs[8] = {
 		GDR_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      GDR_CU_POINTER_ATTRIBUTE_BUFFER_ID,
 		GDR_CU_POINTER_ATTRIBUTE_IS_MANAGED,       GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
 		GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE,       GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+		GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
 	};
-	void *data[6] = { &v[0], &v[1], &v[2], &v[3], &v[4], &v[5] };
-	int rc;
+	void *data[8] = { &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7] };
+	int rc, with_mapping = __atomic_load_n(&have_mapping_attrs, __ATOMIC_RELAXED);
 
 	if (cu.status)
 		return -ENODEV;
-	rc = cu.get_attributes(6, attrs, data, addr);
+	rc = cu.get_attributes(with_mapping ? 8 : 6, attrs, data, addr);
+	if (rc == GDR_CUDA_ERROR_INVALID_VALUE && with_mapping) {
+		/* An older driver that does not know the mapping attributes. */
+		memset(v, 0, sizeof(v));
+		rc = cu.get_attributes(6, attrs, data, addr);
+		if (rc == GDR_CUDA_SUCCESS) {
+			__atomic_store_n(&have_mapping_attrs, 0, __ATOMIC_RELAXED);
+			gdr_info("driver lacks CU_POINTER_ATTRIBUTE_MAPPING_*: VMM ranges from RANGE_*");
+		}
+	}
 	memset(info, 0, sizeof(*info));
 	if (rc == GDR_CUDA_ERROR_INVALID_VALUE)
 		return 0; /* not a pointer CUDA knows */
@@ -142,6 +156,19 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 	info->start = v[3];
 	info->size = v[4];
 	info->device = (int)(uint32_t)v[5];
+	/* For VMM memory RANGE_* is the whole VA reservation, mapped or not; the allocation the
+	 * BUFFER_ID belongs to is the mapping. For cuMemAlloc memory the mapping is the driver's chunk
+	 * and holds the allocation. So the allocation is the intersection of the two. */
+	if (v[7] && v[6] + v[7] > v[6]) {
+		uint64_t lo = v[6] > info->start ? v[6] : info->start;
+		uint64_t hi = v[6] + v[7] < info->start + info->size ? v[6] + v[7]
+								     : info->start + info->size;
+
+		if (lo < hi && lo <= addr && addr < hi) {
+			info->start = lo;
+			info->size = hi - lo;
+		}
+	}
 	return 0;
 }
 

@@ -40,6 +40,8 @@ enum {
 	GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
 	GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
 	GDR_CU_POINTER_ATTRIBUTE_MAPPED = 13,           /* bool */
+	GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18,     /* size_t (CUDA 12.x) */
+	GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19,/* CUdeviceptr (CUDA 12.x) */
 };
 
 /* CUmemorytype */
@@ -88,7 +90,9 @@ typedef gdr_CUresult (*gdr_cuMemGetHandleForAddressRange_t)(void *handle, gdr_CU
 							    unsigned long long flags);
 typedef gdr_CUresult (*gdr_cuGetErrorName_t)(gdr_CUresult error, const char **str);
 
-/* The CUDA version the library asks cuGetProcAddress for (12.0: the _v2 entry points). */
-#define GDR_CUDA_API_VERSION 12000
+/* The CUDA version the library asks cuGetProcAddress for: 12.1, the first with cuCtxSetFlags (a
+ * driver does not return a symbol newer than the version asked for). None of the entry points used
+ * changed its prototype between 12.1 and 13.0. */
+#define GDR_CUDA_API_VERSION 12010
 
 #endif /* GDR_CUDA_ABI_H */

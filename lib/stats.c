@@ -30,12 +30,12 @@ void gdr_stats_print(const struct gdr_cache *c, const char *why)
 		" sync_memops_ctx %" PRIu64 " sync_memops_unavailable %" PRIu64
 		" fail_pin %" PRIu64 " fail_pin_retried %" PRIu64 " fail_mr %" PRIu64
 		" fail_cuda %" PRIu64 " fail_input %" PRIu64 " refused_managed %" PRIu64
-		" overlap_merged %" PRIu64 "\n",
+		" overlap_merged %" PRIu64 " detached %" PRIu64 "\n",
 		(int)getpid(), why, c->backend->ops->name, c->validator->name, s->hits, s->misses,
 		s->stale, s->evictions, s->pins, s->unpins, s->pinned_bytes, s->pinned_bytes_peak,
 		s->entries, s->passthrough, s->tag_checks, s->sync_memops_set, s->sync_memops_ctx,
 		s->sync_memops_unavailable, s->fail_pin, s->fail_pin_retried, s->fail_mr,
-		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged);
+		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged, s->detached);
 }
 
 static void print_live_at_exit(void)

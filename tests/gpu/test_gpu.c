@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache against the real CUDA driver (run on a GPU machine; skips with 77 elsewhere): free and
+ * reallocation at the same VA detected; VMM memory classified as device memory with SYNC_MEMOPS set
+ * context-wide; managed memory refused; real dma-bufs exported, and closed on staleness and flush;
+ * SYNC_MEMOPS set once per allocation; small neighbouring allocations pinned once. No NIC exists on
+ * that machine, so no PD is given: the MR paths are proven in the VM on soft-RoCE.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cu.h"
+#include "gdrcache.h"
+
+static int failed, passed;
+
+#define OK(cond, ...)                                                                   \
+	do {                                                                            \
+		if (cond) {                                                             \
+			passed++;                                                       \
+			printf("ok %d - ", passed + failed);                            \
+		} else {                                                                \
+			failed++;                                                       \
+			printf("not ok %d - (%s:%d: %s) ", passed + failed, __FILE__, __LINE__, #cond); \
+		}                                                                       \
+		printf(__VA_ARGS__);                                                    \
+		printf("\n");                                                           \
+	} while (0)
+
+#define MiB (1024ULL * 1024)
+
+static struct gdr_cache_stats stats(struct gdr_cache *c)
+{
+	struct gdr_cache_stats s;
+
+	gdr_cache_get_stats(c, &s);
+	return s;
+}
+
+static uint64_t buffer_id(CUdeviceptr p)
+{
+	unsigned long long id = 0;
+
+	return p_cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) ? 0 : id;
+}
+
+static int fd_is_dmabuf(int fd)
+{
+	char path[64], link[128] = "";
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	if (readlink(path, link, sizeof(link) - 1) < 0)
+		return 0;
+	return strstr(link, "dmabuf") != NULL;
+}
+
+static bool fd_open(int fd)
+{
+	char path[64], link[128];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return readlink(path, link, sizeof(link)) > 0;
+}
+
+static void test_va_reuse(struct gdr_cache *c)
+{
+	CUdeviceptr a, b;
+	struct gdr_region *r;
+	uint64_t id, id_a, off;
+	int fd = -1, fd2 = -1;
+	struct gdr_cache_stats s0 = stats(c), s1;
+
+	p_cuMemAlloc_v2(&a, 4 * MiB);
+	id_a = buffer_id(a);
+	OK(gdr_reg(c, NULL, (void *)a, 4 * MiB, 0, &r) == 0, "gdr_reg of a 4 MiB cuMemAlloc buffer");
+	OK(gdr_region_dmabuf(r, &fd, &off) == 0 && fd_is_dmabuf(fd),
+	   "the dmabuf backend exported a real dma-buf (fd %d)", fd);
+	gdr_dereg(r);
+	p_cuMemFree_v2(a);
+	p_cuMemAlloc_v2(&b, 4 * MiB);
+	OK(b == a && buffer_id(b) > id_a,
+	   "cuMemFree + cuMemAlloc: VA %s, BUFFER_ID %" PRIu64 " -> %" PRIu64,
+	   b == a ? "reused" : "NOT reused", id_a, buffer_id(b));
+	OK(gdr_reg(c, NULL, (void *)b, 4 * MiB, 0, &r) == 0, "gdr_reg of the new buffer");
+	gdr_region_buffer_id(r, &id);
+	gdr_region_dmabuf(r, &fd2, &off);
+	s1 = stats(c);
+	OK(id == buffer_id(b) && s1.stale == s0.stale + 1,
+	   "the stale entry was detected and replaced (stale +%" PRIu64 ", id %" PRIu64 ")",
+	   s1.stale - s0.stale, id);
+	OK(fd == fd2 || !fd_is_dmabuf(fd) || fd_open(fd2),
+	   "the old dma-buf was closed before the new one was exported");
+	gdr_dereg(r);
+	p_cuMemFree_v2(b);
+}
+
+static void test_sync_memops_once(struct gdr_cache *c)
+{
+	CUdeviceptr a;
+	struct gdr_region *r;
+	unsigned int sync = 0;
+	struct gdr_cache_stats s0 = stats(c), s1;
+
+	p_cuMemAlloc_v2(&a, 2 * MiB);
+	for (int i = 0; i < 5; i++) {
+		gdr_reg(c, NULL, (void *)(a + 4096 * i), 4096, 0, &r);
+		gdr_dereg(r);
+	}
+	gdr_cache_flush(c);
+	gdr_reg(c, NULL, (void *)a, 4096, 0, &r); /* a new pin of the same allocation */
+	gdr_dereg(r);
+	p_cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, a);
+	s1 = stats(c);
+	OK(sync == 1 && s1.sync_memops_set == s0.sync_memops_set + 1 && s1.hits == s0.hits + 4,
+	   "SYNC_MEMOPS is set on the allocation (%u) once for 6 registrations, 4 hits", sync);
+	p_cuMemFree_v2(a);
+}
+
+static void test_small_neighbours(struct gdr_cache *c)
+{
+	CUdeviceptr a1, a2;
+	struct gdr_region *r1, *r2;
+	uint64_t b1, l1, b2, l2;
+	struct gdr_cache_stats s0 = stats(c), s1;
+	int rc1, rc2;
+
+	p_cuMemAlloc_v2(&a1, 4096);
+	p_cuMemAlloc_v2(&a2, 4096);
+	rc1 = gdr_reg(c, NULL, (void *)a1, 4096, 0, &r1);
+	rc2 = gdr_reg(c, NULL, (void *)a2, 4096, 0, &r2);
+	OK(!rc1 && !rc2, "two 4 KiB allocations %#llx and %#llx registered (%d, %d)",
+	   (unsigned long long)a1, (unsigned long long)a2, rc1, rc2);
+	if (!rc1 && !rc2) {
+		gdr_region_range(r1, &b1, &l1);
+		gdr_region_range(r2, &b2, &l2);
+		s1 = stats(c);
+		OK(a2 - a1 != 4096 || (b1 == b2 && s1.pins == s0.pins + 1),
+		   "neighbours in one 64 KiB page share one pin [%#llx, +%llu)",
+		   (unsigned long long)b1, (unsigned long long)l1);
+		gdr_dereg(r1);
+		gdr_dereg(r2);
+	}
+	p_cuMemFree_v2(a1);
+	p_cuMemFree_v2(a2);
+}
+
+static void test_vmm(struct gdr_cache *c)
+{
+	CUmemAllocationProp prop = { 0 };
+	CUmemAccessDesc acc = { 0 };
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t gran = 0, size;
+	struct gdr_region *r;
+	enum gdr_mem_kind kind = GDR_MEM_HOST;
+	struct gdr_cache_stats s0 = stats(c), s1;
+	uint64_t id1, id2;
+	int fd = -1;
+	uint64_t off;
+
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop.allocFlags.gpuDirectRDMACapable = 1;
+	p_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	size = 2 * gran;
+	OK(p_cuMemAddressReserve(&va, size, 0, 0, 0) == 0 && p_cuMemCreate(&h, size, &prop, 0) == 0 &&
+	   p_cuMemMap(va, size, 0, h, 0) == 0, "VMM: reserve, create and map %zu bytes", size);
+	acc.location = prop.location;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	p_cuMemSetAccess(va, size, &acc, 1);
+	id1 = buffer_id(va);
+	OK(gdr_reg(c, NULL, (void *)va, size, 0, &r) == 0, "gdr_reg of VMM memory");
+	gdr_region_mem_kind(r, &kind);
+	gdr_region_dmabuf(r, &fd, &off);
+	s1 = stats(c);
+	OK(kind == GDR_MEM_VMM, "VMM memory is device memory (kind %d), not host memory", kind);
+	OK(s1.sync_memops_ctx + s1.sync_memops_unavailable == s0.sync_memops_ctx +
+	   s0.sync_memops_unavailable + 1, "SYNC_MEMOPS fell back to the context flag (ctx %" PRIu64
+	   ", unavailable %" PRIu64 ")", s1.sync_memops_ctx, s1.sync_memops_unavailable);
+	OK(fd_is_dmabuf(fd), "a dma-buf was exported for VMM memory");
+	gdr_dereg(r);
+	/* unmap and remap at the same VA: a new BUFFER_ID, detected */
+	p_cuMemUnmap(va, size);
+	p_cuMemMap(va, size, 0, h, 0);
+	p_cuMemSetAccess(va, size, &acc, 1);
+	id2 = buffer_id(va);
+	OK(gdr_reg(c, NULL, (void *)va, 4096, 0, &r) == 0 && stats(c).stale == s1.stale + 1,
+	   "remap at the same VA detected (BUFFER_ID %" PRIu64 " -> %" PRIu64 ")", id1, id2);
+	gdr_dereg(r);
+	gdr_cache_flush(c);
+	p_cuMemUnmap(va, size);
+	p_cuMemRelease(h);
+	p_cuMemAddressFree(va, size);
+}
+
+static void test_managed_and_host(struct gdr_cache *c)
+{
+	CUdeviceptr m;
+	void *h;
+	char *plain = malloc(4096);
+	struct gdr_region *r;
+	int rc;
+
+	p_cuMemAllocManaged(&m, 2 * MiB, 1 /* CU_MEM_ATTACH_GLOBAL */);
+	rc = gdr_reg(c, NULL, (void *)m, 4096, 0, &r);
+	OK(rc == -EOPNOTSUPP, "managed memory refused (%d)", rc);
+	p_cuMemFree_v2(m);
+	p_cuMemAllocHost_v2(&h, 4096);
+	rc = gdr_reg(c, NULL, h, 4096, 0, &r);
+	OK(rc == -EINVAL, "cuMemAllocHost memory is host memory: without a PD, -EINVAL (%d)", rc);
+	p_cuMemFreeHost(h);
+	rc = gdr_reg(c, NULL, plain, 4096, 0, &r);
+	OK(rc == -EINVAL, "malloc memory without a PD: -EINVAL (%d)", rc);
+	free(plain);
+}
+
+static void test_flush_closes_dmabufs(struct gdr_cache *c)
+{
+	CUdeviceptr a;
+	struct gdr_region *r;
+	int fd = -1;
+	uint64_t off;
+
+	p_cuMemAlloc_v2(&a, 8 * MiB);
+	gdr_reg(c, NULL, (void *)a, 8 * MiB, 0, &r);
+	gdr_region_dmabuf(r, &fd, &off);
+	gdr_dereg(r);
+	OK(fd_is_dmabuf(fd) && gdr_cache_flush(c) >= 1 && !fd_is_dmabuf(fd),
+	   "flush unpins: the dma-buf fd %d is closed", fd);
+	p_cuMemFree_v2(a);
+}
+
+int main(void)
+{
+	char gpu[128] = "";
+	struct gdr_cache *c;
+	enum gdr_backend be;
+	struct gdr_cache_stats s;
+	int rc = cu_setup(gpu, sizeof(gpu));
+
+	if (rc)
+		return rc;
+	printf("# GPU 0: %s; libgdrcache %#x\n", gpu, gdr_cache_version());
+	OK(gdr_cache_create(NULL, &c) == 0, "gdr_cache_create");
+	gdr_cache_backend(c, &be);
+	OK(be == GDR_BACKEND_DMABUF, "auto chose the dmabuf backend (%d): no gdrcache.ko here", be);
+	test_va_reuse(c);
+	test_sync_memops_once(c);
+	test_small_neighbours(c);
+	test_vmm(c);
+	test_managed_and_host(c);
+	test_flush_closes_dmabufs(c);
+	gdr_cache_get_stats(c, &s);
+	printf("# stats: hits %" PRIu64 " misses %" PRIu64 " stale %" PRIu64 " pins %" PRIu64
+	       " unpins %" PRIu64 " tag_checks %" PRIu64 " sync_memops %" PRIu64 " ctx %" PRIu64 "\n",
+	       s.hits, s.misses, s.stale, s.pins, s.unpins, s.tag_checks, s.sync_memops_set,
+	       s.sync_memops_ctx);
+	OK(gdr_cache_destroy(c) == 0, "gdr_cache_destroy");
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

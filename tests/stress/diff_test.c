@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Randomized differential test of the cache against a simple oracle.
+ *
+ * It drives the fake CUDA driver (allocations of every kind, frees, reallocation at the same VA, VMM
+ * unmap and remap) and the cache (gdr_reg on random sub-ranges, gdr_dereg, flush) with small limits,
+ * so eviction runs all the time. After every operation it checks:
+ *  - a registration names the allocation now at its address (BUFFER_ID) and its pin still maps the
+ *    memory now at every page it was asked for (the fake backend's record of physical generations):
+ *    no stale registration is ever returned;
+ *  - the pinned range is 64 KiB-aligned and covers the request, and the MR (with a PD) covers it;
+ *  - the cache's pinned bytes equal what the backend has pinned;
+ *  - pinned bytes and entries exceed their limits only while no unreferenced entry is left;
+ *  - no 64 KiB page is pinned twice, except while a replaced ("detached") entry is still held;
+ * and at the end, after the last dereg and destroy, that no pin and no MR is left.
+ *
+ * Usage: diff_test [operations] [seed]   (default 10,000,000 operations)
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define KiB 1024ULL
+#define MiB (1024 * KiB)
+#define NSLOTS 24
+#define NHELD 16
+
+#define CHECK(cond)                                                                        \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "diff_test: FAILED at op %" PRIu64 " (seed %u): %s (%s:%d)\n", \
+				op, seed, #cond, __FILE__, __LINE__);                      \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+enum kind { K_NONE, K_SMALL, K_MEDIUM, K_LARGE, K_POOL, K_VMM };
+
+struct slot {
+	enum kind kind;
+	uint64_t va, size;      /* VMM: the reservation (two 2 MiB mappings) */
+};
+
+struct held {
+	struct gdr_region *r;
+	int slot;
+	uint64_t a, len;
+};
+
+static struct slot slots[NSLOTS];
+static struct held held[NHELD];
+static int nheld;
+static struct gdr_cache *cache;
+static uint64_t op;
+static unsigned seed;
+static uint64_t rng_state;
+static int orphans;            /* held registrations whose buffer was freed (a caller bug, survived) */
+static uint64_t max_bytes = 8 * MiB, max_entries = 8;
+static struct {
+	uint64_t allocs, frees, reallocs, remaps, regs, reg_fail, deregs, flushes, with_pd;
+} n;
+
+static uint64_t rnd(void)
+{
+	/* xorshift64*: fast and good enough to explore orders */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 2685821657736338717ULL;
+}
+
+static uint64_t rnd_range(uint64_t lo, uint64_t hi)
+{
+	return lo + rnd() % (hi - lo + 1);
+}
+
+static uint64_t alloc_kind(enum kind k, uint64_t size)
+{
+	return k == K_POOL ? fake_cuda_alloc_async(size) : fake_cuda_alloc(size);
+}
+
+static void slot_alloc(int i)
+{
+	struct slot *s = &slots[i];
+	static const uint64_t small[] = { 512, 4096, 8192, 12288, 65536 };
+
+	s->kind = (enum kind)rnd_range(K_SMALL, K_VMM);
+	switch (s->kind) {
+	case K_SMALL: s->size = small[rnd() % 5]; break;
+	case K_MEDIUM: s->size = rnd_range(64, 1024) * KiB; break;
+	case K_LARGE: s->size = rnd_range(2, 6) * MiB; break; /* some above the 2 MiB pin cap */
+	case K_POOL: s->size = rnd_range(1, 512) * KiB; break;
+	case K_VMM:
+		s->size = 4 * MiB;
+		s->va = fake_cuda_vmm_reserve(s->size);
+		CHECK(s->va);
+		CHECK(fake_cuda_vmm_map(s->va, 2 * MiB) == 0);
+		CHECK(fake_cuda_vmm_map(s->va + 2 * MiB, 2 * MiB) == 0);
+		n.allocs++;
+		return;
+	default: break;
+	}
+	s->va = alloc_kind(s->kind, s->size);
+	CHECK(s->va);
+	n.allocs++;
+}
+
+static void slot_free(int i)
+{
+	struct slot *s = &slots[i];
+
+	for (int h = 0; h < nheld; h++)
+		if (held[h].slot == i) {
+			held[h].slot = -1; /* the caller freed a buffer it still has registered */
+			orphans++;
+		}
+	if (s->kind == K_VMM) {
+		CHECK(fake_cuda_vmm_unmap(s->va, 2 * MiB) == 0);
+		CHECK(fake_cuda_vmm_unmap(s->va + 2 * MiB, 2 * MiB) == 0);
+		CHECK(fake_cuda_vmm_free(s->va, s->size) == 0);
+	} else if (s->kind == K_POOL) {
+		CHECK(fake_cuda_free_async(s->va) == 0);
+	} else {
+		CHECK(fake_cuda_free(s->va) == 0);
+	}
+	s->kind = K_NONE;
+	n.frees++;
+}
+
+static void slot_realloc(int i)
+{
+	struct slot *s = &slots[i];
+	enum kind k = s->kind;
+	uint64_t va = s->va, size = s->size, old = fake_cuda_buffer_id(va);
+
+	if (k == K_VMM) {
+		/* unmap and remap one mapping at the same VA: a new id for the same addresses */
+		uint64_t m = va + (rnd() & 1) * 2 * MiB;
+
+		for (int h = 0; h < nheld; h++)
+			if (held[h].slot == i) {
+				held[h].slot = -1;
+				orphans++;
+			}
+		CHECK(fake_cuda_vmm_unmap(m, 2 * MiB) == 0);
+		CHECK(fake_cuda_vmm_map(m, 2 * MiB) == 0);
+		n.remaps++;
+		return;
+	}
+	slot_free(i);
+	s->kind = k;
+	s->size = size;
+	s->va = alloc_kind(k, size);
+	CHECK(s->va);
+	CHECK(fake_cuda_buffer_id(s->va) > old);
+	n.reallocs++;
+	(void)va;
+}
+
+static void do_reg(void)
+{
+	int i = (int)(rnd() % NSLOTS), h;
+	struct slot *s = &slots[i];
+	struct gdr_region *r = NULL;
+	struct ibv_pd *pd = (rnd() % 4 == 0) ? FAKE_PD : NULL;
+	uint64_t a, len, base, plen, id;
+	int rc;
+
+	if (s->kind == K_NONE || nheld == NHELD)
+		return;
+	a = s->va + rnd() % s->size;
+	len = 1 + rnd() % (s->va + s->size - a);
+	if (rnd() % 2)
+		len = len > 64 * KiB ? rnd_range(1, 64 * KiB) : len;
+	rc = gdr_reg(cache, pd, (void *)(uintptr_t)a, len, pd ? 1 : 0, &r);
+	n.regs++;
+	if (rc) {
+		/* The only acceptable failure: nothing left to evict, every pin referenced. */
+		CHECK(rc == -ENOMEM || rc == -ENOSPC);
+		CHECK(r == NULL);
+		n.reg_fail++;
+		return;
+	}
+	n.with_pd += pd != NULL;
+	CHECK(gdr_region_range(r, &base, &plen) == 0);
+	CHECK(base % (64 * KiB) == 0 && plen % (64 * KiB) == 0);
+	CHECK(base <= a && a + len <= base + plen);
+	CHECK(gdr_region_buffer_id(r, &id) == 0);
+	CHECK(id == fake_cuda_buffer_id(a));                  /* not a stale allocation */
+	CHECK(fake_backend_pin_current(r, a, len));         /* not stale memory */
+	if (pd) {
+		struct ibv_mr *mr;
+
+		CHECK(gdr_region_mr(r, &mr) == 0 && mr);
+		CHECK((uintptr_t)mr->addr <= a && a + len <= (uintptr_t)mr->addr + mr->length);
+	}
+	h = nheld++;
+	held[h] = (struct held){ .r = r, .slot = i, .a = a, .len = len };
+}
+
+static void do_dereg(void)
+{
+	int h;
+
+	if (!nheld)
+		return;
+	h = (int)(rnd() % nheld);
+	if (held[h].slot < 0)
+		orphans--;
+	CHECK(gdr_dereg(held[h].r) == 0);
+	held[h] = held[--nheld];
+	n.deregs++;
+}
+
+static void check_invariants(void)
+{
+	struct gdr_cache_stats st;
+
+	CHECK(gdr_cache_get_stats(cache, &st) == 0);
+	CHECK(st.pinned_bytes == fake_be.outstanding_bytes);
+	CHECK(st.entries == fake_be.outstanding);
+	if (st.pinned_bytes > max_bytes || st.entries > max_entries)
+		CHECK(cache->lru == NULL); /* over the limits only by referenced entries */
+	/* A page is pinned twice only while a replaced (detached) entry is still held. */
+	if (!st.detached)
+		CHECK(fake_be.double_pinned_now == 0);
+	CHECK(fake_be.bad_pins == 0);
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 0) : 10000000ULL;
+	struct gdr_cache_attr attr = {
+		.field_mask = GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES |
+			      GDR_CACHE_ATTR_MAX_PIN_BYTES | GDR_CACHE_ATTR_LOG_LEVEL,
+		.max_bytes = max_bytes,
+		.max_entries = max_entries,
+		.max_pin_bytes = 2 * MiB,
+		.log_level = GDR_LOG_NONE,
+	};
+	struct gdr_cache_stats st;
+
+	seed = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 20261121u;
+	rng_state = 0x9e3779b97f4a7c15ULL ^ seed;
+	fake_verbs_install();
+	fake_backend_reset();
+	fake_be.bar_bytes = 10 * MiB;  /* BAR exhaustion happens too: evict and retry */
+	if (gdr_cache_create_ops(&attr, &fake_backend_ops, &cache)) {
+		fprintf(stderr, "diff_test: cannot create the cache\n");
+		return 1;
+	}
+	for (int i = 0; i < NSLOTS / 2; i++)
+		slot_alloc(i);
+
+	for (op = 0; op < ops; op++) {
+		unsigned k = (unsigned)(rnd() % 100);
+		int i = (int)(rnd() % NSLOTS);
+
+		if (k < 40)
+			do_reg();
+		else if (k < 80)
+			do_dereg();
+		else if (k < 87) {
+			if (slots[i].kind == K_NONE)
+				slot_alloc(i);
+		} else if (k < 93) {
+			/* Free mostly buffers nobody holds; now and then one that is still held. */
+			bool in_use = false;
+
+			for (int h = 0; h < nheld; h++)
+				in_use |= held[h].slot == i;
+			if (slots[i].kind != K_NONE && (!in_use || rnd() % 50 == 0))
+				slot_free(i);
+		} else if (k < 99) {
+			bool in_use = false;
+
+			for (int h = 0; h < nheld; h++)
+				in_use |= held[h].slot == i;
+			if (slots[i].kind != K_NONE && (!in_use || rnd() % 50 == 0))
+				slot_realloc(i);
+		} else if (rnd() % 20 == 0) {
+			CHECK(gdr_cache_flush(cache) >= 0);
+			n.flushes++;
+		}
+		check_invariants();
+	}
+
+	while (nheld)
+		do_dereg();
+	CHECK(gdr_cache_get_stats(cache, &st) == 0);
+	CHECK(gdr_cache_destroy(cache) == 0);
+	CHECK(fake_be.outstanding == 0);          /* no pin leaked */
+	CHECK(fake_be.outstanding_bytes == 0);
+	CHECK(fake_verbs.outstanding == 0);       /* no MR leaked */
+	printf("diff_test: %" PRIu64 " operations (seed %u): %" PRIu64 " gdr_reg (%" PRIu64
+	       " with a PD, %" PRIu64 " refused for lack of pinnable space), %" PRIu64 " gdr_dereg, %"
+	       PRIu64 " allocs, %" PRIu64 " frees, %" PRIu64 " reallocs at the same VA, %" PRIu64
+	       " VMM remaps, %" PRIu64 " flushes\n",
+	       ops, seed, n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
+	       n.remaps, n.flushes);
+	printf("diff_test: cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " stale, %" PRIu64
+	       " evictions, %" PRIu64 " pins, %" PRIu64 " retried after BAR exhaustion, %" PRIu64
+	       " merged; peak pinned %" PRIu64 " bytes; 0 stale registrations returned, 0 pins "
+	       "leaked\n",
+	       st.hits, st.misses, st.stale, st.evictions, st.pins, st.fail_pin_retried,
+	       st.overlap_merged, st.pinned_bytes_peak);
+	return 0;
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Multi-threaded stress, meant to run under ThreadSanitizer: threads register and release their own
+ * buffers and one shared buffer, while a churn thread frees and reallocates buffers at the same VA
+ * and flushes. Every registration must name the allocation now at its address; at the end nothing
+ * is pinned or registered. Usage: mt_stress [threads] [iterations per thread]
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define MiB (1024ULL * 1024)
+#define PER_THREAD 4
+
+static struct gdr_cache *cache;
+static uint64_t shared_buf;
+static int iters = 20000;
+static atomic_int stop, failures;
+static uint64_t churn[8];
+static pthread_mutex_t churn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void fail(const char *what, uint64_t a)
+{
+	fprintf(stderr, "mt_stress: %s at %#" PRIx64 "\n", what, a);
+	atomic_fetch_add(&failures, 1);
+}
+
+static void reg_check(uint64_t a, uint64_t len, struct ibv_pd *pd, bool must_match)
+{
+	struct gdr_region *r;
+	uint64_t id;
+	int rc = gdr_reg(cache, pd, (void *)(uintptr_t)a, len, pd ? 1 : 0, &r);
+
+	if (rc) {
+		if (must_match)
+			fail("gdr_reg failed", a);
+		return;
+	}
+	gdr_region_buffer_id(r, &id);
+	/* Buffers only this thread frees never change under it: the id must be the current one. */
+	if (must_match && id != fake_cuda_buffer_id(a))
+		fail("stale registration", a);
+	if (gdr_dereg(r))
+		fail("gdr_dereg failed", a);
+}
+
+static void *worker(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	uint64_t mine[PER_THREAD];
+
+	for (int i = 0; i < PER_THREAD; i++)
+		mine[i] = fake_cuda_alloc((size_t)(1 + i) * 256 * 1024);
+	for (int it = 0; it < iters; it++) {
+		int i = rand_r(&seed) % PER_THREAD;
+
+		reg_check(mine[i] + 4096 * (rand_r(&seed) % 8), 4096, (it & 3) ? NULL : FAKE_PD, true);
+		reg_check(shared_buf, 8192, NULL, true);
+		if (it % 64 == 0) {
+			/* free and reallocate one of ours: same size, usually the same VA */
+			fake_cuda_free(mine[i]);
+			mine[i] = fake_cuda_alloc((size_t)(1 + i) * 256 * 1024);
+			reg_check(mine[i], 4096, NULL, true);
+		}
+		if (it % 16 == 0) {
+			uint64_t a;
+
+			pthread_mutex_lock(&churn_lock);
+			a = churn[rand_r(&seed) % 8];
+			pthread_mutex_unlock(&churn_lock);
+			/* the churn thread may free it under us: any outcome but a crash is fine */
+			reg_check(a, 4096, NULL, false);
+		}
+	}
+	for (int i = 0; i < PER_THREAD; i++)
+		fake_cuda_free(mine[i]);
+	return NULL;
+}
+
+static void *churner(void *arg)
+{
+	unsigned seed = 7;
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		int i = rand_r(&seed) % 8;
+
+		pthread_mutex_lock(&churn_lock);
+		fake_cuda_free(churn[i]);
+		churn[i] = fake_cuda_alloc(2 * MiB);
+		pthread_mutex_unlock(&churn_lock);
+		if (rand_r(&seed) % 32 == 0)
+			gdr_cache_flush(cache);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int nthreads = argc > 1 ? atoi(argv[1]) : 8;
+	struct gdr_cache_attr attr = {
+		.field_mask = GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_LOG_LEVEL,
+		.max_entries = 16,
+		.log_level = GDR_LOG_NONE,
+	};
+	pthread_t t[64], ch;
+	struct gdr_cache_stats st;
+
+	if (argc > 2)
+		iters = atoi(argv[2]);
+	if (nthreads < 1 || nthreads > 64)
+		return 2;
+	fake_verbs_install();
+	if (gdr_cache_create_ops(&attr, &fake_backend_ops, &cache))
+		return 1;
+	shared_buf = fake_cuda_alloc(1 * MiB);
+	for (int i = 0; i < 8; i++)
+		churn[i] = fake_cuda_alloc(2 * MiB);
+	pthread_create(&ch, NULL, churner, NULL);
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(t[i], NULL);
+	atomic_store(&stop, 1);
+	pthread_join(ch, NULL);
+	gdr_cache_get_stats(cache, &st);
+	if (gdr_cache_destroy(cache) || fake_be.outstanding || fake_verbs.outstanding)
+		fail("leak at the end", 0);
+	printf("mt_stress: %d threads x %d iterations: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+	       " stale, %" PRIu64 " evictions, %d failures\n",
+	       nthreads, iters, st.hits, st.misses, st.stale, st.evictions, atomic_load(&failures));
+	return atomic_load(&failures) ? 1 : 0;
+}

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/* The three backends through the public API: kmod (against a fake of gdrcache.ko's system calls),
+ * dmabuf (dma-bufs exported by the fake CUDA driver, closed on eviction, staleness and destroy),
+ * peermem (no pin without a PD), and the automatic choice between them. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define MiB (1024ULL * 1024)
+
+static struct gdr_cache *create(int backend)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND, .backend = backend };
+	struct gdr_cache *c = NULL;
+
+	assert_int_equal(gdr_cache_create(&a, &c), 0);
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fake_cuda_reset();
+	fake_verbs = (struct fake_verbs_state){ 0 };
+	fake_kmod = (struct fake_kmod_state){ .present = true, .major = GDRCACHE_UAPI_VERSION_MAJOR };
+	return 0;
+}
+
+static void test_kmod(void **state)
+{
+	struct gdr_cache *c = create(GDR_BACKEND_KMOD);
+	uint64_t a = fake_cuda_alloc(4 * MiB), handle, pages[64];
+	uint32_t psize, pcount;
+	struct gdr_region *r;
+	enum gdr_backend be;
+
+	(void)state;
+	assert_int_equal(gdr_cache_backend(c, &be), 0);
+	assert_int_equal(be, GDR_BACKEND_KMOD);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)(a + 1000), 5000, 0, &r), 0);
+	assert_int_equal(gdr_region_kmod(r, &handle, &psize, &pcount), 0);
+	assert_int_not_equal(handle, 0);
+	assert_int_equal(psize, 65536);
+	assert_int_equal(pcount, 64);               /* the whole 4 MiB allocation */
+	assert_int_equal(gdr_region_pages(r, pages, 64), 64);
+	assert_int_equal(pages[1] - pages[0], 65536);
+	assert_int_equal(gdr_region_pages(r, pages, 2), 64); /* count even when short */
+	assert_int_equal(fake_kmod.outstanding, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	/* Stale after free + realloc: the old handle is unpinned, a new one made. */
+	fake_cuda_free(a);
+	assert_int_equal(fake_cuda_alloc(4 * MiB), a);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	uint64_t h2;
+	assert_int_equal(gdr_region_kmod(r, &h2, NULL, NULL), 0);
+	assert_int_not_equal(h2, handle);
+	assert_int_equal(fake_kmod.outstanding, 1);
+	/* BAR exhaustion reported by the module: evict and retry. */
+	uint64_t b = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *rb;
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_kmod.pin_fail_rc = -ENOSPC;
+	fake_kmod.pin_fail_n = 1;
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)b, 4096, 0, &rb), 0);
+	struct gdr_cache_stats s;
+	gdr_cache_get_stats(c, &s);
+	assert_int_equal(s.fail_pin_retried, 1);
+	assert_int_equal(fake_kmod.outstanding, 1);
+	assert_int_equal(gdr_dereg(rb), 0);
+	assert_int_equal(fake_kmod.ioctls_bad, 0);  /* the library never sent a malformed ioctl */
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_true(fake_kmod.closed);
+	assert_int_equal(fake_kmod.outstanding, 0);
+	fake_cuda_free(a);
+	fake_cuda_free(b);
+}
+
+static void test_kmod_unavailable(void **state)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND, .backend = GDR_BACKEND_KMOD };
+	struct gdr_cache *c;
+
+	(void)state;
+	fake_kmod.present = false;
+	assert_int_equal(gdr_cache_create(&a, &c), -ENODEV);
+	fake_kmod.present = true;
+	fake_kmod.major = GDRCACHE_UAPI_VERSION_MAJOR + 1; /* a module from the future */
+	assert_int_equal(gdr_cache_create(&a, &c), -ENODEV);
+}
+
+static void test_auto_choice(void **state)
+{
+	struct gdr_cache *c;
+	enum gdr_backend be;
+
+	(void)state;
+	c = create(GDR_BACKEND_AUTO);
+	gdr_cache_backend(c, &be);
+	assert_int_equal(be, GDR_BACKEND_KMOD);
+	gdr_cache_destroy(c);
+	fake_kmod.present = false;
+	c = create(GDR_BACKEND_AUTO);
+	gdr_cache_backend(c, &be);
+	assert_int_equal(be, GDR_BACKEND_DMABUF);
+	gdr_cache_destroy(c);
+	fake_cuda_set_device_attr(124 /* DMA_BUF_SUPPORTED */, 0);
+	c = create(GDR_BACKEND_AUTO);
+	gdr_cache_backend(c, &be);
+	assert_int_equal(be, GDR_BACKEND_PEERMEM);
+	gdr_cache_destroy(c);
+	fake_cuda_set_device_attr(124, 1);
+}
+
+static void test_dmabuf(void **state)
+{
+	struct gdr_cache *c = create(GDR_BACKEND_DMABUF);
+	uint64_t a = fake_cuda_alloc(4 * MiB), off;
+	struct gdr_region *r, *r2;
+	struct ibv_mr *mr;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r), 0);
+	assert_int_equal(gdr_region_dmabuf(r, &fd, &off), 0);
+	assert_true(fd >= 0);
+	assert_int_equal(off, 0);
+	assert_int_equal(fake_cuda_open_dmabufs(), 1);
+	assert_int_equal(fake_verbs.dmabuf_regs, 1);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_int_equal((uintptr_t)mr->addr, a);     /* iova = the pinned base */
+	assert_int_equal(gdr_region_kmod(r, NULL, NULL, NULL), -ENOENT);
+	assert_int_equal(gdr_dereg(r), 0);
+	/* FACTS.md: the dma-buf of a freed buffer keeps the old memory; the stale entry must go and
+	 * its fd be closed. */
+	fake_cuda_free(a);
+	assert_int_equal(fake_cuda_alloc(4 * MiB), a);
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r2), 0);
+	assert_int_equal(fake_cuda_open_dmabufs(), 1);
+	assert_int_equal(fake_verbs.outstanding, 1);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_cache_flush(c), 1);
+	assert_int_equal(fake_cuda_open_dmabufs(), 0);
+	/* Export failure is reported. */
+	fake_cuda_fail_next("cuMemGetHandleForAddressRange", 2 /* OUT_OF_MEMORY */, 1);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 1, &r), -ENOMEM);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 1, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_cuda_open_dmabufs(), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+static void test_peermem(void **state)
+{
+	struct gdr_cache *c = create(GDR_BACKEND_PEERMEM);
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r;
+	struct ibv_mr *mr;
+
+	(void)state;
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), -EOPNOTSUPP);
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r), 0);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_int_equal(mr->length, 2 * MiB);
+	assert_int_equal(fake_verbs.regs, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_kmod, setup),
+		cmocka_unit_test_setup(test_kmod_unavailable, setup),
+		cmocka_unit_test_setup(test_auto_choice, setup),
+		cmocka_unit_test_setup(test_dmabuf, setup),
+		cmocka_unit_test_setup(test_peermem, setup),
+	};
+
+	fake_kmod_install();
+	fake_verbs_install();
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+/* The cache's behaviour against the fake CUDA driver and a fake pinning backend: hits, stale
+ * detection on VA reuse, 64 KiB pages shared by small allocations, whole-allocation pinning and its
+ * cap, LRU limits, eviction and retry on pin failure, NIC failures, classification, SYNC_MEMOPS. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define MiB (1024ULL * 1024)
+#define KiB 1024ULL
+
+static struct gdr_cache *cache;
+
+static struct gdr_cache *make(uint64_t mask, uint64_t max_bytes, uint64_t max_entries,
+			      uint64_t max_pin)
+{
+	struct gdr_cache_attr a = { .field_mask = mask, .max_bytes = max_bytes,
+				    .max_entries = max_entries, .max_pin_bytes = max_pin };
+	struct gdr_cache *c = NULL;
+
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fake_cuda_reset();
+	fake_backend_reset();
+	fake_verbs_install();
+	fake_verbs = (struct fake_verbs_state){ 0 };
+	cache = make(0, 0, 0, 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (cache)
+		assert_int_equal(gdr_cache_destroy(cache), 0);
+	cache = NULL;
+	/* Nothing pinned, registered or exported is left behind by any test. */
+	assert_int_equal(fake_be.outstanding, 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	assert_int_equal(fake_be.double_pinned_now, 0);
+	assert_int_equal(fake_be.bad_pins, 0);
+	return 0;
+}
+
+static struct gdr_cache_stats stats(void)
+{
+	struct gdr_cache_stats s;
+
+	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
+	return s;
+}
+
+static struct gdr_region *reg(uint64_t a, uint64_t len)
+{
+	struct gdr_region *r = NULL;
+
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, len, 0, &r), 0);
+	assert_non_null(r);
+	return r;
+}
+
+static void check_region(struct gdr_region *r, uint64_t a, uint64_t len)
+{
+	uint64_t base, plen, id;
+
+	assert_int_equal(gdr_region_range(r, &base, &plen), 0);
+	assert_int_equal(base % (64 * KiB), 0);
+	assert_int_equal(plen % (64 * KiB), 0);
+	assert_true(base <= a && a + len <= base + plen);
+	assert_int_equal(gdr_region_buffer_id(r, &id), 0);
+	assert_int_equal(id, fake_cuda_buffer_id(a));
+	/* The pin still maps the memory that is at these addresses now. */
+	assert_true(fake_backend_pin_current(r, a, len));
+}
+
+static void test_hit_after_miss(void **state)
+{
+	uint64_t a = fake_cuda_alloc(1 * MiB);
+	struct gdr_region *r;
+	struct gdr_cache_stats s;
+
+	(void)state;
+	r = reg(a, 1 * MiB);
+	check_region(r, a, 1 * MiB);
+	assert_int_equal(gdr_dereg(r), 0);
+	r = reg(a + 4096, 100); /* inside the pinned allocation */
+	check_region(r, a + 4096, 100);
+	assert_int_equal(gdr_dereg(r), 0);
+	s = stats();
+	assert_int_equal(s.misses, 1);
+	assert_int_equal(s.hits, 1);
+	assert_int_equal(s.pins, 1);
+	assert_int_equal(s.entries, 1);
+	assert_int_equal(s.pinned_bytes, 1 * MiB);
+	assert_int_equal(s.tag_checks, 1);
+	fake_cuda_free(a);
+}
+
+static void test_va_reuse_is_stale(void **state)
+{
+	uint64_t a = fake_cuda_alloc(4 * MiB), b, ida = fake_cuda_buffer_id(a);
+	struct gdr_region *r = reg(a, 4 * MiB);
+
+	(void)state;
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_cuda_free(a);
+	b = fake_cuda_alloc(4 * MiB);
+	assert_int_equal(b, a);                       /* FACTS.md: same VA ... */
+	assert_true(fake_cuda_buffer_id(b) > ida);    /* ... new, larger BUFFER_ID */
+	r = reg(b, 4 * MiB);
+	check_region(r, b, 4 * MiB);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(stats().pins, 2);
+	assert_int_equal(stats().unpins, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_cuda_free(b);
+}
+
+static void test_freed_buffer_not_served(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r = reg(a, 2 * MiB);
+
+	(void)state;
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_cuda_free(a);
+	/* Nothing is there now: CUDA does not know the address, so it is host memory, and host memory
+	 * without a PD cannot be registered. The stale entry is gone. */
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), -EINVAL);
+	assert_null(r);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(fake_be.outstanding, 0);
+}
+
+static void test_held_stale_entry_detached(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), b;
+	struct gdr_region *old = reg(a, 2 * MiB), *r;
+
+	(void)state;
+	fake_cuda_free(a); /* freed while a registration is still held: a caller bug, survived */
+	b = fake_cuda_alloc(2 * MiB);
+	assert_int_equal(a, b);
+	r = reg(b, 2 * MiB);
+	assert_ptr_not_equal(r, old);
+	check_region(r, b, 2 * MiB);
+	assert_int_equal(stats().entries, 2); /* the old one stays pinned until released */
+	assert_int_equal(gdr_dereg(old), 0);
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_cuda_free(b);
+}
+
+static void test_small_allocations_share_a_page(void **state)
+{
+	uint64_t a1 = fake_cuda_alloc(4096), a2 = fake_cuda_alloc(4096);
+	struct gdr_region *r1, *r2;
+	uint64_t b1, l1, b2, l2;
+
+	(void)state;
+	assert_int_equal(a2, a1 + 4096); /* FACTS.md: adjacent */
+	r1 = reg(a1, 4096);
+	r2 = reg(a2, 4096);
+	check_region(r1, a1, 4096);
+	check_region(r2, a2, 4096);
+	gdr_region_range(r1, &b1, &l1);
+	gdr_region_range(r2, &b2, &l2);
+	assert_int_equal(b1, b2);               /* one pin serves both ... */
+	assert_int_equal(stats().pins, 1);      /* ... and the page is pinned once */
+	assert_int_equal(fake_be.double_pinned_now, 0);
+	assert_int_equal(gdr_dereg(r1), 0);
+	assert_int_equal(gdr_dereg(r2), 0);
+
+	/* a1 freed, a new small buffer at its VA: the entry can no longer be trusted. */
+	fake_cuda_free(a1);
+	a1 = fake_cuda_alloc(4096);
+	r1 = reg(a1, 4096);
+	check_region(r1, a1, 4096);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(gdr_dereg(r1), 0);
+	fake_cuda_free(a1);
+	fake_cuda_free(a2);
+}
+
+static void test_cap_and_merge(void **state)
+{
+	uint64_t a;
+	struct gdr_region *r1, *r2, *r3;
+	uint64_t base, len;
+
+	(void)state;
+	gdr_cache_destroy(cache);
+	cache = make(GDR_CACHE_ATTR_MAX_PIN_BYTES, 0, 0, 1 * MiB);
+	a = fake_cuda_alloc(8 * MiB);
+	/* Above the cap: only the aligned requested range is pinned. */
+	r1 = reg(a + 100 * KiB, 8 * KiB);
+	gdr_region_range(r1, &base, &len);
+	assert_int_equal(base, a + 64 * KiB);
+	assert_int_equal(len, 64 * KiB);
+	r2 = reg(a + 1 * MiB, 64 * KiB);
+	assert_int_equal(stats().pins, 2);
+	/* A request spanning both takes them over into one pin: no page pinned twice by entries. */
+	assert_int_equal(gdr_dereg(r1), 0);
+	assert_int_equal(gdr_dereg(r2), 0);
+	r3 = reg(a + 100 * KiB, 1 * MiB);
+	check_region(r3, a + 100 * KiB, 1 * MiB);
+	assert_int_equal(stats().overlap_merged, 2);
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(fake_be.outstanding, 1);
+	assert_int_equal(gdr_dereg(r3), 0);
+	fake_cuda_free(a);
+}
+
+static void test_lru_bytes_limit(void **state)
+{
+	uint64_t a[4];
+	struct gdr_cache_stats s;
+
+	(void)state;
+	gdr_cache_destroy(cache);
+	cache = make(GDR_CACHE_ATTR_MAX_BYTES, 4 * MiB, 0, 0);
+	for (int i = 0; i < 4; i++) {
+		a[i] = fake_cuda_alloc(2 * MiB);
+		assert_int_equal(gdr_dereg(reg(a[i], 2 * MiB)), 0);
+		assert_true(stats().pinned_bytes <= 4 * MiB);
+	}
+	s = stats();
+	assert_int_equal(s.evictions, 2);
+	assert_int_equal(s.entries, 2);
+	/* The least recently used went first: a[0], a[1] are misses again, a[3] is a hit. */
+	assert_int_equal(gdr_dereg(reg(a[3], 4096)), 0);
+	assert_int_equal(stats().hits, 1);
+	assert_int_equal(gdr_dereg(reg(a[0], 4096)), 0);
+	assert_int_equal(stats().misses, 5);
+	for (int i = 0; i < 4; i++)
+		fake_cuda_free(a[i]);
+}
+
+static void test_lru_entries_limit_and_refs(void **state)
+{
+	uint64_t a[3];
+	struct gdr_region *r[3];
+
+	(void)state;
+	gdr_cache_destroy(cache);
+	cache = make(GDR_CACHE_ATTR_MAX_ENTRIES, 0, 1, 0);
+	for (int i = 0; i < 3; i++) {
+		a[i] = fake_cuda_alloc(2 * MiB);
+		r[i] = reg(a[i], 2 * MiB);
+	}
+	/* Referenced entries are never evicted, whatever the limit. */
+	assert_int_equal(stats().entries, 3);
+	assert_int_equal(stats().evictions, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(gdr_dereg(r[i]), 0);
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(stats().evictions, 2);
+	for (int i = 0; i < 3; i++)
+		fake_cuda_free(a[i]);
+}
+
+static void test_pin_enomem_evicts_and_retries(void **state)
+{
+	uint64_t a[3];
+	struct gdr_region *r;
+
+	(void)state;
+	fake_be.enomem_after = 2; /* BAR space for two pins */
+	for (int i = 0; i < 3; i++) {
+		a[i] = fake_cuda_alloc(2 * MiB);
+		assert_int_equal(gdr_dereg(reg(a[i], 2 * MiB)), 0);
+	}
+	assert_int_equal(stats().fail_pin_retried, 1);
+	assert_int_equal(stats().evictions, 1);
+	assert_int_equal(fake_be.outstanding, 2);
+
+	/* With everything referenced there is nothing to evict: the error reaches the caller. */
+	gdr_cache_flush(cache);
+	struct gdr_region *h0 = reg(a[0], 4096), *h1 = reg(a[1], 4096);
+
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a[2], 4096, 0, &r), -ENOMEM);
+	assert_null(r);
+	assert_int_equal(stats().fail_pin, 1);
+	assert_int_equal(gdr_dereg(h0), 0);
+	assert_int_equal(gdr_dereg(h1), 0);
+
+	/* -ENOSPC is treated alike. */
+	fake_be.enomem_after = 0;
+	fake_be.bar_bytes = 4 * MiB;
+	assert_int_equal(gdr_dereg(reg(a[2], 4096)), 0);
+	assert_int_equal(fake_be.outstanding_bytes <= 4 * MiB, 1);
+	for (int i = 0; i < 3; i++)
+		fake_cuda_free(a[i]);
+}
+
+static void test_pin_other_error_fails(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	fake_be.fail_next_rc = -EIO;
+	fake_be.fail_next_n = 1;
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), -EIO);
+	assert_int_equal(stats().entries, 0);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0); /* and works next time */
+	fake_cuda_free(a);
+}
+
+static void test_nic_registration(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r, *r2, *r3;
+	struct ibv_mr *mr, *mr2;
+	uint32_t lkey, rkey;
+
+	(void)state;
+	fake_verbs.fail_next_errno = EFAULT;
+	fake_verbs.fail_next_n = 1;
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r), -EFAULT);
+	assert_int_equal(stats().fail_mr, 1);
+	assert_int_equal(stats().entries, 1); /* the pin is good and kept */
+
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r), 0);
+	assert_int_equal(stats().pins, 1);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_non_null(mr);
+	assert_int_equal(gdr_region_keys(r, &lkey, &rkey), 0);
+	assert_int_equal(lkey, mr->lkey);
+	assert_int_equal(rkey, mr->rkey);
+	/* Same PD and access: the same MR; another PD: another MR on the same pin. */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 64, 1, &r2), 0);
+	assert_int_equal(gdr_region_mr(r2, &mr2), 0);
+	assert_ptr_equal(mr, mr2);
+	assert_int_equal(gdr_reg(cache, FAKE_PD2, (void *)(uintptr_t)a, 4096, 1, &r3), 0);
+	assert_int_equal(gdr_region_mr(r3, &mr2), 0);
+	assert_ptr_not_equal(mr, mr2);
+	assert_int_equal(fake_verbs.outstanding, 2);
+	assert_int_equal(stats().pins, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_dereg(r3), 0);
+	/* Eviction deregisters the MRs with the pin. */
+	assert_int_equal(gdr_cache_flush(cache), 1);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+static void test_managed_refused(void **state)
+{
+	uint64_t a = fake_cuda_alloc_managed(1 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 4096, 0, &r), -EOPNOTSUPP);
+	assert_null(r);
+	assert_int_equal(stats().refused_managed, 1);
+	assert_int_equal(fake_be.pins, 0);
+	fake_cuda_free(a);
+}
+
+static void test_host_passthrough(void **state)
+{
+	char *buf = malloc(8192);
+	void *pinned = fake_cuda_alloc_host(8192);
+	struct gdr_region *r, *r2;
+	enum gdr_mem_kind kind;
+	struct ibv_mr *mr;
+
+	(void)state;
+	assert_int_equal(gdr_reg(cache, FAKE_PD, buf, 8192, 1, &r), 0);
+	assert_int_equal(gdr_region_mem_kind(r, &kind), 0);
+	assert_int_equal(kind, GDR_MEM_HOST);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_ptr_equal(mr->addr, buf);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, pinned, 8192, 1, &r2), 0); /* cuMemAllocHost */
+	assert_int_equal(stats().passthrough, 2);
+	assert_int_equal(fake_be.pins, 0);   /* host memory is not cached */
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_reg(cache, NULL, buf, 8192, 1, &r), -EINVAL); /* nothing to make */
+	assert_int_equal(gdr_dereg(r2), 0);
+	/* held host registrations keep the cache alive */
+	struct gdr_region *r3;
+	assert_int_equal(gdr_reg(cache, FAKE_PD, buf, 8192, 1, &r3), 0);
+	assert_int_equal(gdr_cache_destroy(cache), -EBUSY);
+	assert_int_equal(gdr_dereg(r3), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	fake_cuda_free_host(pinned);
+	free(buf);
+}
+
+static void test_sync_memops_once_per_allocation(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), p = fake_cuda_alloc_async(1 * MiB);
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+		assert_int_equal(gdr_dereg(reg(p, 4096)), 0);
+	}
+	gdr_cache_flush(cache); /* even after eviction and a new pin ... */
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(fake_cuda_sync_memops_count(a), 1); /* ... set once */
+	assert_int_equal(fake_cuda_sync_memops_count(p), 1);
+	assert_int_equal(stats().sync_memops_set, 2);
+	fake_cuda_free(a);
+	fake_cuda_free_async(p);
+}
+
+static void test_vmm(void **state)
+{
+	uint64_t va = fake_cuda_vmm_reserve(8 * MiB), id1;
+	struct gdr_region *r;
+	enum gdr_mem_kind kind;
+
+	(void)state;
+	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
+	assert_int_equal(fake_cuda_vmm_map(va + 2 * MiB, 2 * MiB), 0);
+	r = reg(va, 2 * MiB);
+	assert_int_equal(gdr_region_mem_kind(r, &kind), 0);
+	assert_int_equal(kind, GDR_MEM_VMM); /* device memory, not mistaken for host memory */
+	check_region(r, va, 2 * MiB);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(stats().sync_memops_ctx, 1);
+	assert_int_equal(fake_cuda_ctx_sync_memops_set_count(), 1);
+
+	/* A request over two mappings: one registration, both allocations tracked. */
+	r = reg(va + 2 * MiB - 4096, 8192);
+	check_region(r, va + 2 * MiB - 4096, 8192);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(fake_cuda_ctx_sync_memops_set_count(), 1); /* once per context */
+
+	/* Unmap and remap at the same VA: a new id, detected. */
+	id1 = fake_cuda_buffer_id(va);
+	assert_int_equal(fake_cuda_vmm_unmap(va, 2 * MiB), 0);
+	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
+	assert_true(fake_cuda_buffer_id(va) > id1);
+	r = reg(va, 4096);
+	check_region(r, va, 4096);
+	assert_true(stats().stale >= 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	gdr_cache_flush(cache);
+	fake_cuda_vmm_unmap(va, 4 * MiB);
+	fake_cuda_vmm_free(va, 8 * MiB);
+}
+
+static void test_mixed_range_refused(void **state)
+{
+	uint64_t va = fake_cuda_vmm_reserve(8 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
+	/* The second half is reserved but unmapped: not GPU memory. */
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(va + 1 * MiB), 2 * MiB, 0, &r),
+			 -EINVAL);
+	assert_int_equal(fake_be.pins, 0);
+	fake_cuda_vmm_unmap(va, 2 * MiB);
+	fake_cuda_vmm_free(va, 8 * MiB);
+}
+
+static void test_cuda_query_failure(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	fake_cuda_fail_next("cuPointerGetAttributes", 999, 1);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), -EIO);
+	assert_int_equal(stats().fail_cuda, 1);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	/* A failing tag check means "cannot prove valid": the entry is re-pinned, never trusted. */
+	fake_cuda_fail_next("cuPointerGetAttribute", 999, 1);
+	r = reg(a, 4096);
+	check_region(r, a, 4096);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	fake_cuda_free(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_hit_after_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_va_reuse_is_stale, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_freed_buffer_not_served, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_stale_entry_detached, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_small_allocations_share_a_page, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cap_and_merge, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lru_bytes_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lru_entries_limit_and_refs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_enomem_evicts_and_retries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_other_error_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nic_registration, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_managed_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_host_passthrough, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sync_memops_once_per_allocation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_vmm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mixed_range_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cuda_query_failure, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
