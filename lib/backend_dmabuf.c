@@ -48,7 +48,7 @@ static int dmabuf_pin(struct gdr_be *b, struct gdr_pin *pin)
 	int fd, rc;
 
 	(void)b;
-	rc = gdr_cuda_dmabuf_export(pin->base, pin->len, &fd);
+	rc = gdr_cuda_dmabuf_export(pin->base, pin->len, pin->device, &fd);
 	if (rc)
 		return rc;
 	pin->has_dmabuf = true;

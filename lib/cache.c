@@ -461,7 +461,8 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			return -EINVAL;
 		}
 		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
-					      .buffer_id = pi.buffer_id, .kind = GDR_MEM_DEVICE };
+					      .buffer_id = pi.buffer_id, .kind = GDR_MEM_DEVICE,
+					      .device = pi.device };
 		q = pi.start + pi.size;
 	}
 	*ntags = n;
@@ -543,6 +544,7 @@ static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const str
 	e->base = e->pin.base = base;
 	e->len = e->pin.len = end - base;
 	e->pin.dmabuf_fd = -1;
+	e->pin.device = tags[0].device;
 	rc = pin_retry(c, &e->pin);
 	if (rc)
 		goto err_free;

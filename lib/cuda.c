@@ -21,6 +21,9 @@ static struct {
 	gdr_cuPointerGetAttributes_t get_attributes;
 	gdr_cuPointerSetAttribute_t set_attribute;
 	gdr_cuCtxGetCurrent_t ctx_get_current;
+	gdr_cuCtxSetCurrent_t ctx_set_current;
+	gdr_cuDeviceGet_t device_get;
+	gdr_cuDevicePrimaryCtxRetain_t primary_retain;
 	gdr_cuCtxGetFlags_t ctx_get_flags;
 	gdr_cuCtxSetFlags_t ctx_set_flags;      /* NULL before CUDA 12.1 */
 	gdr_cuDeviceGetAttribute_t device_attr;
@@ -89,6 +92,9 @@ static void cuda_load_once(void)
 	RESOLVE(get_attributes, "cuPointerGetAttributes", true);
 	RESOLVE(set_attribute, "cuPointerSetAttribute", true);
 	RESOLVE(ctx_get_current, "cuCtxGetCurrent", true);
+	RESOLVE(ctx_set_current, "cuCtxSetCurrent", true);
+	RESOLVE(device_get, "cuDeviceGet", true);
+	RESOLVE(primary_retain, "cuDevicePrimaryCtxRetain", true);
 	RESOLVE(ctx_get_flags, "cuCtxGetFlags", false);
 	RESOLVE(ctx_set_flags, "cuCtxSetFlags", false);
 	RESOLVE(device_attr, "cuDeviceGetAttribute", true);
@@ -241,8 +247,28 @@ out:
 	return ret;
 }
 
-int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int *fd)
+/* A thread with no current context (an MPI progress thread, say) cannot export a dma-buf: FACTS.md.
+ * Borrow the device's primary context for the call, retained once per device for the process. */
+static gdr_CUcontext primary_ctx(int device)
 {
+	static gdr_CUcontext retained[64];
+	gdr_CUcontext ctx;
+	gdr_CUdevice dev;
+
+	if (device < 0 || device >= 64)
+		return NULL;
+	pthread_mutex_lock(&ctx_lock);
+	ctx = retained[device];
+	if (!ctx && cu.device_get(&dev, device) == GDR_CUDA_SUCCESS &&
+	    cu.primary_retain(&ctx, dev) == GDR_CUDA_SUCCESS)
+		retained[device] = ctx;
+	pthread_mutex_unlock(&ctx_lock);
+	return ctx;
+}
+
+int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
+{
+	gdr_CUcontext cur = NULL, borrowed = NULL;
 	int h = -1;
 	int rc;
 
@@ -250,7 +276,16 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int *fd)
 		return -ENODEV;
 	if (!cu.dmabuf)
 		return -EOPNOTSUPP;
+	if (cu.ctx_get_current(&cur) == GDR_CUDA_SUCCESS && !cur) {
+		borrowed = primary_ctx(device);
+		if (!borrowed || cu.ctx_set_current(borrowed) != GDR_CUDA_SUCCESS) {
+			gdr_err("no CUDA context on this thread and none for device %d", device);
+			return -ENXIO;
+		}
+	}
 	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	if (borrowed)
+		cu.ctx_set_current(NULL);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_err("cuMemGetHandleForAddressRange(%#llx, %llu): %s (%d)",
 			(unsigned long long)base, (unsigned long long)len, cu_err(rc), rc);

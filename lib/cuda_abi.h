@@ -82,6 +82,8 @@ typedef gdr_CUresult (*gdr_cuPointerSetAttribute_t)(const void *value, int attri
 						    gdr_CUdeviceptr ptr);
 typedef gdr_CUresult (*gdr_cuCtxGetCurrent_t)(gdr_CUcontext *ctx);
 typedef gdr_CUresult (*gdr_cuCtxSetCurrent_t)(gdr_CUcontext ctx);
+typedef gdr_CUresult (*gdr_cuDevicePrimaryCtxRetain_t)(gdr_CUcontext *ctx, gdr_CUdevice dev);
+typedef gdr_CUresult (*gdr_cuDeviceGet_t)(gdr_CUdevice *dev, int ordinal);
 typedef gdr_CUresult (*gdr_cuCtxGetFlags_t)(unsigned int *flags);
 typedef gdr_CUresult (*gdr_cuCtxSetFlags_t)(unsigned int flags);
 typedef gdr_CUresult (*gdr_cuDeviceGetAttribute_t)(int *value, int attribute, gdr_CUdevice dev);

@@ -73,8 +73,9 @@ int gdr_cuda_set_sync_memops(uint64_t addr);
 /* CU_CTX_SYNC_MEMOPS on the current context, once per context. 1 (set now), 0 (set before),
  * -EOPNOTSUPP (driver without cuCtxSetFlags), -ENXIO (no current context), -EIO. */
 int gdr_cuda_ctx_sync_memops(void);
-/* cuMemGetHandleForAddressRange(DMA_BUF_FD). 0 and *fd, or -errno. */
-int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int *fd);
+/* cuMemGetHandleForAddressRange(DMA_BUF_FD), in the device's primary context when the calling
+ * thread has none. 0 and *fd, or -errno. */
+int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd);
 /* cuDeviceGetAttribute. 0 or -errno. */
 int gdr_cuda_device_attr(int device, int attr, int *value);
 
@@ -100,6 +101,7 @@ void gdr_mr_range(const struct ibv_mr *mr, uint64_t *base, uint64_t *len);
 /* One pinned range, as a backend made it. */
 struct gdr_pin {
 	uint64_t base, len;          /* 64 KiB-aligned */
+	int device;                  /* CUDA ordinal of the memory */
 	bool has_kmod;
 	uint64_t kmod_handle;
 	uint32_t page_size, page_count;
@@ -154,6 +156,7 @@ struct gdr_tag {
 	uint64_t start, size;  /* the CUDA allocation (or VMM mapping) */
 	uint64_t buffer_id;
 	uint8_t kind;          /* enum gdr_mem_kind */
+	int device;            /* CUDA ordinal */
 };
 struct gdr_cache;
 struct gdr_validator_ops {

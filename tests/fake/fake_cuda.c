@@ -145,6 +145,7 @@ static int g_pool_handle; /* what MEMPOOL_HANDLE points at */
 	X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuInit) X(cuDriverGetVersion)                 \
 	X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                   \
 	X(cuDeviceGetAttribute) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
+	X(cuDevicePrimaryCtxRetain)                                                                \
 	X(cuCtxGetFlags) X(cuCtxSetFlags) X(cuPointerGetAttribute) X(cuPointerGetAttributes)       \
 	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
 	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
@@ -1358,6 +1359,18 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
 	return error_lookup(error, str, false);
 }
 
+/* The one device's primary context is the fake context. */
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRetain, true);
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pctx = &g_ctx;
+	return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
 	ENTER(cuDeviceGet, true);
@@ -1806,6 +1819,8 @@ static const struct {
 	{ "cuCtxGetCurrent", E_cuCtxGetCurrent, (void *)cuCtxGetCurrent, 4000 },
 	{ "cuCtxSetCurrent", E_cuCtxSetCurrent, (void *)cuCtxSetCurrent, 4000 },
 	{ "cuCtxGetDevice", E_cuCtxGetDevice, (void *)cuCtxGetDevice, 2000 },
+	{ "cuDevicePrimaryCtxRetain", E_cuDevicePrimaryCtxRetain, (void *)cuDevicePrimaryCtxRetain,
+	  7000 },
 	{ "cuCtxGetFlags", E_cuCtxGetFlags, (void *)cuCtxGetFlags, 7000 },
 	{ "cuCtxSetFlags", E_cuCtxSetFlags, (void *)cuCtxSetFlags, 12010 },
 	{ "cuPointerGetAttribute", E_cuPointerGetAttribute, (void *)cuPointerGetAttribute, 4000 },

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <cmocka.h>
 
 #include "fake_cuda.h"
@@ -157,6 +158,46 @@ static void test_dmabuf(void **state)
 	fake_cuda_free(a);
 }
 
+struct thread_arg {
+	struct gdr_cache *c;
+	uint64_t a;
+	int rc;
+};
+
+static void *reg_from_thread(void *p)
+{
+	struct thread_arg *t = p;
+	struct gdr_region *r;
+
+	t->rc = gdr_reg(t->c, NULL, (void *)(uintptr_t)t->a, 4096, 0, &r);
+	if (!t->rc)
+		t->rc = gdr_dereg(r);
+	return NULL;
+}
+
+/* FACTS.md: a thread with no current context cannot export a dma-buf; an MPI progress thread
+ * typically has none. The cache borrows the device's primary context. */
+static void test_dmabuf_thread_without_context(void **state)
+{
+	struct gdr_cache *c = create(GDR_BACKEND_DMABUF);
+	struct thread_arg t = { .c = c, .a = fake_cuda_alloc(4 * MiB) };
+	pthread_t th;
+	void *cur = (void *)1;
+
+	(void)state;
+	fake_cuda_set_threads_have_context(false);
+	pthread_create(&th, NULL, reg_from_thread, &t);
+	pthread_join(th, NULL);
+	assert_int_equal(t.rc, 0);
+	assert_int_equal(fake_cuda_calls("cuDevicePrimaryCtxRetain"), 1);
+	assert_int_equal(fake_cuda_open_dmabufs(), 1);
+	fake_cuda_set_threads_have_context(true);
+	(void)cur;
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_cuda_open_dmabufs(), 0);
+	fake_cuda_free(t.a);
+}
+
 static void test_peermem(void **state)
 {
 	struct gdr_cache *c = create(GDR_BACKEND_PEERMEM);
@@ -183,6 +224,7 @@ int main(void)
 		cmocka_unit_test_setup(test_kmod_unavailable, setup),
 		cmocka_unit_test_setup(test_auto_choice, setup),
 		cmocka_unit_test_setup(test_dmabuf, setup),
+		cmocka_unit_test_setup(test_dmabuf_thread_without_context, setup),
 		cmocka_unit_test_setup(test_peermem, setup),
 	};
 

@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kmod_ioctl_test: the ioctl, mmap, read and poll ABI of /dev/gdrcache against
+ * the simulated provider nvp2p_sim.ko: argument checking case by case, then the
+ * working paths (pin, page list, revocation events, persistent pins, release on
+ * close, fault mapping). Runs as root inside the test VM; TAP output.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kmod_test.h"
+
+#define BUF_PAGES 16
+#define BUF_LEN (BUF_PAGES * KT_GPU_PAGE)
+
+static int sim;
+
+/* Run fn(arg) in a forked child; return what it returned (a -errno). */
+static int in_child(int (*fn)(int fd), int fd)
+{
+	int status;
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(-fn(fd));
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1000;
+	return -WEXITSTATUS(status);
+}
+
+static int child_ioctl(int fd)
+{
+	struct gdrcache_version v;
+
+	return kt_gdr_version(fd, &v);
+}
+
+static int child_mmap(int fd)
+{
+	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	munmap(p, 4096);
+	return 0;
+}
+
+static int child_read(int fd)
+{
+	struct gdrcache_event ev;
+
+	return read(fd, &ev, sizeof(ev)) < 0 ? -errno : 0;
+}
+
+struct blocked_read {
+	int fd;
+	ssize_t ret;
+	struct gdrcache_event ev;
+};
+
+static void *blocked_read_main(void *arg)
+{
+	struct blocked_read *br = arg;
+
+	br->ret = read(br->fd, &br->ev, sizeof(br->ev));
+	return NULL;
+}
+
+static void stats(struct nvp2p_sim_stats *s)
+{
+	if (kt_sim_stats(sim, s)) {
+		perror("GET_STATS");
+		exit(2);
+	}
+}
+
+static int nonblocking_read(int fd, struct gdrcache_event *ev, size_t n)
+{
+	int fl = fcntl(fd, F_GETFL);
+	ssize_t r;
+
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	r = read(fd, ev, n * sizeof(*ev));
+	fcntl(fd, F_SETFL, fl);
+	if (r < 0)
+		return -errno;
+	return (int)(r / sizeof(*ev));
+}
+
+static int poll_in(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+int main(void)
+{
+	struct nvp2p_sim_stats s0, s;
+	struct gdrcache_version v;
+	struct gdrcache_pin pin, pin2;
+	struct gdrcache_get_pages gp;
+	struct gdrcache_unpin up;
+	const volatile struct gdrcache_revoke_area *area;
+	struct gdrcache_event ev[16];
+	uint64_t pages[BUF_PAGES + 1], idA, idB, idC, idD, idE, old_handle;
+	uint32_t count;
+	char *bufA, *bufBC, *bufN, *bufD, *bufE;
+	void *m;
+	int fd, fd2, ret, i;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	kt_require_devices();
+	sim = kt_sim_open();
+	kt_sim_fault(sim, NVP2P_SIM_FAULT_NONE, 0);
+	stats(&s0);
+	kt_diag("sim at start: %llu callback pins, %llu persistent, %llu allocations",
+		(unsigned long long)s0.outstanding_pins,
+		(unsigned long long)s0.outstanding_persistent,
+		(unsigned long long)s0.allocations);
+	fd = kt_gdr_open();
+
+	/* Version handshake. */
+	ret = kt_gdr_version(fd, &v);
+	kt_expect(ret, 0, "GET_VERSION");
+	kt_check(v.major == GDRCACHE_UAPI_VERSION_MAJOR, "major %u == %u", v.major,
+		 GDRCACHE_UAPI_VERSION_MAJOR);
+	kt_check((v.features & GDRCACHE_FEAT_EVENTS) && (v.features & GDRCACHE_FEAT_PERSISTENT),
+		 "features 0x%x have EVENTS and PERSISTENT", v.features);
+	kt_check(v.max_pins > 0 && v.revoke_area_size >= 64 + 8ULL * v.max_pins &&
+		 v.revoke_area_size % 4096 == 0,
+		 "max_pins %u, revoke_area_size %llu", v.max_pins,
+		 (unsigned long long)v.revoke_area_size);
+	memset(&v, 0, sizeof(v));
+	v.reserved[3] = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_GET_VERSION, &v), -EINVAL,
+		  "GET_VERSION with reserved[3] != 0: EINVAL");
+	kt_gdr_version(fd, &v);
+
+	/* GPU memory: A (16 pages), B and C adjacent (2 pages each), N never declared. */
+	bufA = kt_gpu_mem(BUF_LEN);
+	bufBC = kt_gpu_mem(4 * KT_GPU_PAGE);
+	bufN = kt_gpu_mem(2 * KT_GPU_PAGE);
+	if (kt_sim_alloc(sim, bufA, BUF_LEN, &idA) ||
+	    kt_sim_alloc(sim, bufBC, 2 * KT_GPU_PAGE, &idB) ||
+	    kt_sim_alloc(sim, bufBC + 2 * KT_GPU_PAGE, 2 * KT_GPU_PAGE, &idC)) {
+		perror("nvp2p_sim ALLOC");
+		return 2;
+	}
+
+	/* PIN argument checks. */
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA + 4096, KT_GPU_PAGE, 0, NULL), -EINVAL,
+		  "PIN misaligned va: EINVAL");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE + 4096, 0, NULL), -EINVAL,
+		  "PIN misaligned len: EINVAL");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, 0, 0, NULL), -EINVAL, "PIN zero len: EINVAL");
+	kt_expect(kt_gdr_pin(fd, 0xffffffffffff0000ULL, 2 * KT_GPU_PAGE, 0, NULL), -EINVAL,
+		  "PIN va + len wraps: EINVAL");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 1U << 31, NULL), -EINVAL,
+		  "PIN unknown flag: EINVAL");
+	memset(&pin, 0, sizeof(pin));
+	pin.va = (uintptr_t)bufA;
+	pin.len = KT_GPU_PAGE;
+	pin.reserved0 = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_PIN, &pin), -EINVAL, "PIN reserved0 != 0: EINVAL");
+	pin.reserved0 = 0;
+	pin.reserved[2] = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_PIN, &pin), -EINVAL, "PIN reserved[2] != 0: EINVAL");
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_PIN, (void *)16), -EFAULT, "PIN bad argument pointer: EFAULT");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufN, KT_GPU_PAGE, 0, NULL), -EINVAL,
+		  "PIN of memory in no allocation: EINVAL");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufBC + KT_GPU_PAGE, 2 * KT_GPU_PAGE, 0, NULL), -EINVAL,
+		  "PIN spanning two allocations: EINVAL");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, 2 * BUF_LEN, 0, NULL), -EINVAL,
+		  "PIN running past the allocation's end: EINVAL");
+	stats(&s);
+	kt_check(s.outstanding_pins == s0.outstanding_pins, "no pin left behind by the failures");
+
+	/* A good pin. */
+	ret = kt_gdr_pin(fd, (uintptr_t)bufA, BUF_LEN, 0, &pin);
+	kt_expect(ret, 0, "PIN 16 pages");
+	kt_check(pin.handle && GDRCACHE_HANDLE_GEN(pin.handle) && pin.page_count == BUF_PAGES &&
+		 pin.page_size == GDRCACHE_PAGE_SIZE,
+		 "handle 0x%llx, %u pages of %u bytes", (unsigned long long)pin.handle,
+		 pin.page_count, pin.page_size);
+	kt_check(!memcmp(pin.gpu_uuid, "nvp2p_sim-GPU-0", 16), "GPU UUID from the page table");
+
+	/* GET_PAGES. */
+	memset(pages, 0, sizeof(pages));
+	ret = kt_gdr_get_pages(fd, pin.handle, pages, BUF_PAGES, &count);
+	kt_expect(ret, 0, "GET_PAGES");
+	for (i = 0; i < BUF_PAGES && pages[i] && !(pages[i] & 4095); i++)
+		;
+	kt_check(count == BUF_PAGES && i == BUF_PAGES, "GET_PAGES: %u page-aligned addresses", count);
+	{
+		/* As root, /proc/self/pagemap tells the physical address behind each 64 KiB page. */
+		int pm = open("/proc/self/pagemap", O_RDONLY), match = 0;
+		uint64_t e;
+
+		for (i = 0; pm >= 0 && i < BUF_PAGES; i++) {
+			off_t off = ((uintptr_t)bufA + i * KT_GPU_PAGE) / 4096 * 8;
+
+			if (pread(pm, &e, 8, off) == 8 && (e >> 63) &&
+			    (e & ((1ULL << 55) - 1)) * 4096 == pages[i])
+				match++;
+		}
+		if (pm >= 0)
+			close(pm);
+		kt_check(match == BUF_PAGES, "GET_PAGES addresses are the pages' physical addresses (%d)",
+			 match);
+	}
+	memset(pages, 0, sizeof(pages));
+	ret = kt_gdr_get_pages(fd, pin.handle, pages, 4, &count);
+	kt_check(!ret && count == BUF_PAGES && pages[3] && !pages[4],
+		 "GET_PAGES max_pages 4: copies 4, reports %u", count);
+	kt_expect(kt_gdr_get_pages(fd, pin.handle, (uint64_t *)8, BUF_PAGES, NULL), -EFAULT,
+		  "GET_PAGES bad pages_ptr: EFAULT");
+	kt_expect(kt_gdr_get_pages(fd, pin.handle, NULL, 0, &count), 0,
+		  "GET_PAGES max_pages 0 only counts");
+	memset(&gp, 0, sizeof(gp));
+	gp.handle = pin.handle;
+	gp.flags = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_GET_PAGES, &gp), -EINVAL, "GET_PAGES flags != 0: EINVAL");
+	gp.flags = 0;
+	gp.reserved[1] = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_GET_PAGES, &gp), -EINVAL,
+		  "GET_PAGES reserved[1] != 0: EINVAL");
+	kt_expect(kt_gdr_get_pages(fd, pin.handle ^ (1ULL << 40), pages, 1, NULL), -ENOENT,
+		  "GET_PAGES unknown handle: ENOENT");
+
+	/* UNPIN checks. */
+	memset(&up, 0, sizeof(up));
+	up.handle = pin.handle;
+	up.flags = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_UNPIN, &up), -EINVAL, "UNPIN unknown flag: EINVAL");
+	up.flags = 0;
+	up.reserved0 = 1;
+	kt_expect(kt_ioctl(fd, GDRCACHE_IOCTL_UNPIN, &up), -EINVAL, "UNPIN reserved0 != 0: EINVAL");
+	kt_expect(kt_gdr_unpin(fd, 0x1234567800000007ULL), -ENOENT, "UNPIN never-issued handle: ENOENT");
+	kt_expect(kt_gdr_unpin(fd, 0xffffffffULL), -ENOENT, "UNPIN slot out of range: ENOENT");
+	kt_expect(kt_gdr_unpin(fd, pin.handle), 0, "UNPIN");
+	kt_expect(kt_gdr_unpin(fd, pin.handle), -ENOENT, "double UNPIN: ENOENT");
+	kt_expect(kt_gdr_get_pages(fd, pin.handle, pages, 1, NULL), -ENOENT,
+		  "GET_PAGES stale handle: ENOENT");
+	old_handle = pin.handle;
+	for (i = 0; i < (int)v.max_pins + 1; i++) {
+		/* Go round the slots until the old one comes back with a new generation. */
+		ret = kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin2);
+		if (ret || GDRCACHE_HANDLE_SLOT(pin2.handle) == GDRCACHE_HANDLE_SLOT(old_handle))
+			break;
+		kt_gdr_unpin(fd, pin2.handle);
+	}
+	kt_check(!ret && GDRCACHE_HANDLE_SLOT(pin2.handle) == GDRCACHE_HANDLE_SLOT(old_handle) &&
+		 pin2.handle != old_handle, "a reused slot gets a new generation");
+	kt_expect(kt_gdr_unpin(fd, old_handle), -ENOENT, "UNPIN stale handle of a reused slot: ENOENT");
+	kt_gdr_unpin(fd, pin2.handle);
+	stats(&s);
+	kt_check(s.outstanding_pins == s0.outstanding_pins, "sim: nothing outstanding after unpins");
+
+	/* Wrong ioctls. */
+	kt_expect(kt_ioctl(fd, _IO(GDRCACHE_IOCTL_MAGIC, 0x7f), NULL), -ENOTTY,
+		  "unknown ioctl number: ENOTTY");
+	kt_expect(kt_ioctl(fd, _IOWR(GDRCACHE_IOCTL_MAGIC, 0x01, uint64_t), &old_handle), -ENOTTY,
+		  "PIN encoded with a wrong size: ENOTTY");
+	kt_expect(kt_ioctl(fd, NVP2P_SIM_IOCTL_GET_STATS, &s), -ENOTTY,
+		  "another driver's ioctl: ENOTTY");
+
+	/* Another process. */
+	kt_expect(in_child(child_ioctl, fd), -EACCES, "ioctl from a forked child: EACCES");
+	kt_expect(in_child(child_mmap, fd), -EACCES, "mmap from a forked child: EACCES");
+	kt_expect(in_child(child_read, fd), -EACCES, "read from a forked child: EACCES");
+
+	/* The revocation area. */
+	m = mmap(NULL, v.revoke_area_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	kt_check(m == MAP_FAILED && (errno == EPERM || errno == EACCES),
+		 "mmap writable: %s", m == MAP_FAILED ? strerror(errno) : "mapped");
+	m = mmap(NULL, v.revoke_area_size + 4096, PROT_READ, MAP_SHARED, fd, 0);
+	kt_check(m == MAP_FAILED && errno == EINVAL, "mmap larger than the area: EINVAL");
+	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 4096);
+	kt_check(m == MAP_FAILED && errno == EINVAL, "mmap at an offset: EINVAL");
+	m = mmap(NULL, v.revoke_area_size, PROT_READ, MAP_SHARED, fd, 0);
+	kt_check(m != MAP_FAILED, "mmap read-only");
+	if (m == MAP_FAILED)
+		return kt_done();
+	area = m;
+	kt_check(area->nslots == v.max_pins, "area: nslots %u", area->nslots);
+	kt_check(mprotect(m, v.revoke_area_size, PROT_READ | PROT_WRITE) == -1 && errno == EACCES,
+		 "mprotect the area writable: EACCES");
+	kt_check(!poll_in(fd, 0), "poll: no event yet");
+	kt_expect(nonblocking_read(fd, ev, 1), -EAGAIN, "read O_NONBLOCK with no event: EAGAIN");
+	kt_expect(read(fd, ev, sizeof(ev[0]) - 1) < 0 ? -errno : 0, -EINVAL,
+		  "read smaller than one event: EINVAL");
+
+	/* A revocation arrives with no call from us: the provider frees D. */
+	bufD = kt_gpu_mem(2 * KT_GPU_PAGE);
+	kt_sim_alloc(sim, bufD, 2 * KT_GPU_PAGE, &idD);
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufD, 2 * KT_GPU_PAGE, 0, &pin), 0, "PIN D");
+	{
+		uint64_t before = __atomic_load_n(&area->revoke_count, __ATOMIC_ACQUIRE);
+		uint32_t slot = GDRCACHE_HANDLE_SLOT(pin.handle);
+
+		stats(&s0);
+		kt_expect(kt_sim_free(sim, idD), 0, "nvp2p_sim FREE D (fires the callback)");
+		stats(&s);
+		kt_check(s.callbacks_fired == s0.callbacks_fired + 1, "sim: one callback fired");
+		kt_check(__atomic_load_n(&area->revoke_count, __ATOMIC_ACQUIRE) == before + 1,
+			 "area: revoke_count %llu -> %llu", (unsigned long long)before,
+			 (unsigned long long)area->revoke_count);
+		kt_check(area->slot[slot] == pin.handle, "area: slot[%u] holds the handle", slot);
+		kt_check(poll_in(fd, 1000), "poll: POLLIN");
+		ret = nonblocking_read(fd, ev, 16);
+		kt_check(ret == 1 && ev[0].type == GDRCACHE_EVENT_REVOKED && ev[0].handle == pin.handle &&
+			 ev[0].va == (uintptr_t)bufD && ev[0].len == 2 * KT_GPU_PAGE,
+			 "read: one REVOKED event for D (got %d)", ret);
+		kt_check(!poll_in(fd, 0), "poll: quiet after the read");
+		kt_expect(kt_gdr_get_pages(fd, pin.handle, pages, 2, NULL), -EIO,
+			  "GET_PAGES revoked handle: EIO");
+		kt_expect(kt_gdr_unpin(fd, pin.handle), 0, "UNPIN revoked handle");
+		kt_expect(kt_gdr_unpin(fd, pin.handle), -ENOENT, "UNPIN revoked handle again: ENOENT");
+	}
+
+	/* A read() blocked in another thread wakes up with the event. */
+	{
+		struct blocked_read br = { .fd = fd };
+		pthread_t t;
+
+		bufD = kt_gpu_mem(KT_GPU_PAGE);
+		kt_sim_alloc(sim, bufD, KT_GPU_PAGE, &idD);
+		kt_gdr_pin(fd, (uintptr_t)bufD, KT_GPU_PAGE, 0, &pin);
+		pthread_create(&t, NULL, blocked_read_main, &br);
+		usleep(100 * 1000);
+		kt_sim_free(sim, idD);
+		pthread_join(t, NULL);
+		kt_check(br.ret == sizeof(br.ev) && br.ev.handle == pin.handle &&
+			 br.ev.type == GDRCACHE_EVENT_REVOKED, "blocking read() woken by the revocation");
+		kt_gdr_unpin(fd, pin.handle);
+	}
+
+	/* A persistent pin survives FREE, with no event. */
+	bufE = kt_gpu_mem(2 * KT_GPU_PAGE);
+	kt_sim_alloc(sim, bufE, 2 * KT_GPU_PAGE, &idE);
+	stats(&s0);
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufE, 2 * KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, &pin),
+		  0, "PIN persistent");
+	{
+		uint64_t before = area->revoke_count;
+
+		kt_expect(kt_sim_free(sim, idE), 0, "nvp2p_sim FREE of persistently pinned memory");
+		stats(&s);
+		kt_check(s.outstanding_persistent == s0.outstanding_persistent + 1 &&
+			 s.allocations == s0.allocations,
+			 "sim: persistent pin and its pages still held");
+		kt_check(area->revoke_count == before && !poll_in(fd, 0), "no revocation, no event");
+		kt_expect(kt_gdr_get_pages(fd, pin.handle, pages, 2, &count), 0,
+			  "GET_PAGES on the persistent pin after FREE");
+		kt_expect(kt_gdr_unpin(fd, pin.handle), 0, "UNPIN persistent");
+		stats(&s);
+		kt_check(s.outstanding_persistent == s0.outstanding_persistent &&
+			 s.allocations == s0.allocations - 1,
+			 "sim: the last put released the freed memory");
+	}
+
+	/* Provider faults reach user space with their errno. */
+	stats(&s0);
+	kt_sim_fault(sim, NVP2P_SIM_FAULT_ENOMEM_AFTER,
+		     s0.outstanding_pins + s0.outstanding_persistent + 2);
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0, "PIN 1 of 2 allowed");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin2), 0, "PIN 2 of 2 allowed");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -ENOMEM,
+		  "PIN with BAR space exhausted: ENOMEM");
+	kt_gdr_unpin(fd, pin.handle);
+	kt_gdr_unpin(fd, pin2.handle);
+	kt_sim_fault(sim, NVP2P_SIM_FAULT_NONE, 0);
+	kt_sim_fault(sim, NVP2P_SIM_FAULT_EIO_NEXT, 1);
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -EIO, "PIN, provider EIO: EIO");
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0, "PIN after the EIO");
+	kt_gdr_unpin(fd, pin.handle);
+	if (kt_set_param("nvp2p_sim", "enotsupp", "1") == 0) {
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
+			  -EOPNOTSUPP, "PIN persistent, provider ENOTSUPP: EOPNOTSUPP");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
+			  "PIN callback mode unaffected");
+		kt_gdr_unpin(fd, pin.handle);
+		kt_set_param("nvp2p_sim", "enotsupp", "2");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -EOPNOTSUPP,
+			  "PIN callback mode, provider ENOTSUPP: EOPNOTSUPP");
+		kt_set_param("nvp2p_sim", "enotsupp", "0");
+	} else {
+		kt_skip("nvp2p_sim enotsupp parameter not writable");
+	}
+
+	/* Page table versions: 1.2 and 2.x accepted, 1.1 and 3.0 refused (and put back). */
+	if (kt_set_param("nvp2p_sim", "page_table_version", "0x00010002") == 0) {
+		stats(&s0);
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
+			  "PIN, page table version 1.2: accepted");
+		kt_gdr_unpin(fd, pin.handle);
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00010001");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -EIO,
+			  "PIN, page table version 1.1: EIO");
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00030000");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
+			  -EIO, "PIN persistent, page table version 3.0: EIO");
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00020001");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
+			  "PIN, page table version 2.1: accepted");
+		kt_gdr_unpin(fd, pin.handle);
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00020000");
+		stats(&s);
+		kt_check(s.outstanding_pins == s0.outstanding_pins &&
+			 s.outstanding_persistent == s0.outstanding_persistent,
+			 "refused page tables were put back");
+	} else {
+		kt_skip("nvp2p_sim page_table_version parameter not writable");
+	}
+
+	/* max_pinned_bytes. */
+	if (kt_set_param("gdrcache", "max_pinned_bytes", "131072") == 0) {
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, 2 * KT_GPU_PAGE, 0, &pin), 0,
+			  "PIN up to max_pinned_bytes");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -ENOSPC,
+			  "PIN beyond max_pinned_bytes: ENOSPC");
+		kt_gdr_unpin(fd, pin.handle);
+		kt_set_param("gdrcache", "max_pinned_bytes", "0");
+	} else {
+		kt_skip("gdrcache max_pinned_bytes parameter not writable");
+	}
+
+	/* Every slot: max_pins pins on one allocation, one more fails; FREE revokes them all. */
+	{
+		uint64_t *h = calloc(v.max_pins, sizeof(*h));
+		uint64_t before = area->revoke_count, idF;
+		char *bufF = kt_gpu_mem(KT_GPU_PAGE);
+		uint32_t n, revoked = 0, overflow = 0, in_slot = 0;
+
+		kt_sim_alloc(sim, bufF, KT_GPU_PAGE, &idF);
+		for (n = 0; n < v.max_pins; n++) {
+			if (kt_gdr_pin(fd, (uintptr_t)bufF, KT_GPU_PAGE, 0, &pin))
+				break;
+			h[n] = pin.handle;
+		}
+		kt_check(n == v.max_pins, "PIN %u times (max_pins)", n);
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufF, KT_GPU_PAGE, 0, NULL), -ENOSPC,
+			  "PIN beyond max_pins: ENOSPC");
+		kt_expect(kt_sim_free(sim, idF), 0, "FREE revokes %u pins", n);
+		kt_check(area->revoke_count == before + n, "area: revoke_count +%llu",
+			 (unsigned long long)(area->revoke_count - before));
+		for (i = 0; i < (int)n; i++)
+			in_slot += area->slot[GDRCACHE_HANDLE_SLOT(h[i])] == h[i];
+		kt_check(in_slot == n, "area: every handle in its slot (%u)", in_slot);
+		while ((ret = nonblocking_read(fd, ev, 16)) > 0)
+			for (i = 0; i < ret; i++) {
+				revoked += ev[i].type == GDRCACHE_EVENT_REVOKED;
+				overflow += ev[i].type == GDRCACHE_EVENT_OVERFLOW;
+			}
+		kt_check(revoked + overflow > 0 && (revoked == n ? !overflow : overflow == 1),
+			 "read: %u REVOKED events, %u OVERFLOW", revoked, overflow);
+		for (i = 0; i < (int)n; i++)
+			if (kt_gdr_unpin(fd, h[i]))
+				break;
+		kt_check(i == (int)n, "UNPIN every revoked handle");
+		free(h);
+	}
+
+	/* close() gives back everything: callback and persistent pins. */
+	stats(&s0);
+	fd2 = kt_gdr_open();
+	for (i = 0; i < 3; i++)
+		kt_gdr_pin(fd2, (uintptr_t)bufA, BUF_LEN, 0, NULL);
+	for (i = 0; i < 2; i++)
+		kt_gdr_pin(fd2, (uintptr_t)bufA, BUF_LEN, GDRCACHE_PIN_PERSISTENT, NULL);
+	stats(&s);
+	kt_check(s.outstanding_pins == s0.outstanding_pins + 3 &&
+		 s.outstanding_persistent == s0.outstanding_persistent + 2,
+		 "second file holds 3 + 2 pins");
+	close(fd2);
+	stats(&s);
+	kt_check(s.outstanding_pins == s0.outstanding_pins &&
+		 s.outstanding_persistent == s0.outstanding_persistent, "close() released them");
+
+	/* Tidy up; nothing may be left. */
+	munmap(m, v.revoke_area_size);
+	close(fd);
+	kt_sim_free(sim, idA);
+	kt_sim_free(sim, idB);
+	kt_sim_free(sim, idC);
+	stats(&s);
+	kt_check(s.outstanding_pins == 0 && s.outstanding_persistent == 0 && s.allocations == 0,
+		 "sim at the end: %llu callback pins, %llu persistent, %llu allocations",
+		 (unsigned long long)s.outstanding_pins,
+		 (unsigned long long)s.outstanding_persistent,
+		 (unsigned long long)s.allocations);
+	return kt_done();
+}
