@@ -164,6 +164,7 @@ struct gdr_cache_stats {
 	uint64_t entries;         /* cached entries now */
 	uint64_t passthrough;     /* host-memory registrations passed to ibv_reg_mr */
 	uint64_t tag_checks;      /* BUFFER_ID queries made to validate hits */
+	uint64_t revoked;         /* entries the kernel module reported freed (no driver query) */
 	uint64_t sync_memops_set; /* allocations given SYNC_MEMOPS */
 	uint64_t sync_memops_ctx; /* times the context-wide CU_CTX_SYNC_MEMOPS was set instead */
 	uint64_t sync_memops_unavailable; /* allocations for which neither could be set */

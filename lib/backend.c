@@ -48,3 +48,9 @@ int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *
 	(void)b, (void)pin, (void)pages, (void)max;
 	return -ENOENT;
 }
+
+bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin)
+{
+	(void)b, (void)pin;
+	return false;
+}

@@ -83,5 +83,6 @@ const struct gdr_backend_ops gdr_backend_dmabuf_ops = {
 	.unpin = dmabuf_unpin,
 	.reg_mr = dmabuf_reg_mr,
 	.pages = gdr_backend_no_pages,
+	.revoked = gdr_backend_never_revoked,
 	.pins_without_pd = true,
 };

@@ -167,6 +167,17 @@ static int kmod_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pag
 	return rc ? rc : (int)g.page_count;
 }
 
+/* The module stores a revoked handle into its slot of the shared area (uapi.h). */
+static bool kmod_revoked(struct gdr_be *b, const struct gdr_pin *pin)
+{
+	const struct kmod_backend *k = to_kmod(b);
+	uint32_t slot = GDRCACHE_HANDLE_SLOT(pin->kmod_handle);
+
+	if (!k->area || !pin->has_kmod || slot >= k->area->nslots)
+		return false;
+	return __atomic_load_n(&k->area->slot[slot], __ATOMIC_ACQUIRE) == pin->kmod_handle;
+}
+
 const struct gdr_backend_ops gdr_backend_kmod_ops = {
 	.name = "kmod",
 	.id = GDR_BACKEND_KMOD,
@@ -176,5 +187,6 @@ const struct gdr_backend_ops gdr_backend_kmod_ops = {
 	.unpin = kmod_unpin,
 	.reg_mr = kmod_reg_mr,
 	.pages = kmod_pages,
+	.revoked = kmod_revoked,
 	.pins_without_pd = true,
 };

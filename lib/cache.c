@@ -288,12 +288,22 @@ static int evict(struct gdr_cache *c, uint64_t need)
 	return n;
 }
 
+/* The kernel saw the memory freed: stale, proven without asking the CUDA driver. Lock-free. */
+static bool entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
+{
+	return c->backend->ops->revoked(c->backend, &e->pin);
+}
+
 /* Validate the tags of e that overlap [a, a+len), or all of them (all = true).
  * 0: valid and covering [a, a+len); 1: valid but with a gap; -ESTALE: some tag is stale. */
 static int entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all)
 {
 	uint64_t covered = a, end = a + len;
 
+	if (entry_revoked(c, e)) {
+		c->st.revoked++;
+		return -ESTALE;
+	}
 	for (uint32_t i = 0; i < e->ntags; i++) {
 		const struct gdr_tag *t = &e->tags[i];
 		uint64_t tend = t->start + t->size;
@@ -301,12 +311,34 @@ static int entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uin
 
 		if (!overlaps && !all)
 			continue;
+		c->st.tag_checks++;
 		if (c->validator->check(c, t))
 			return -ESTALE;
 		if (overlaps && t->start <= covered && tend > covered)
 			covered = tend;
 	}
 	return covered >= end ? 0 : 1;
+}
+
+/* Copy the tags of e that overlap [a, a+len) for validation outside the lock. Returns whether
+ * they cover the whole range. */
+static bool entry_cover(const struct gdr_entry *e, uint64_t a, uint64_t len, struct gdr_tag *out,
+			uint32_t *n)
+{
+	uint64_t covered = a, end = a + len;
+
+	*n = 0;
+	for (uint32_t i = 0; i < e->ntags && *n < GDR_MAX_TAGS; i++) {
+		const struct gdr_tag *t = &e->tags[i];
+		uint64_t tend = t->start + t->size;
+
+		if (t->start >= end || tend <= a)
+			continue;
+		out[(*n)++] = *t;
+		if (t->start <= covered && tend > covered)
+			covered = tend;
+	}
+	return covered >= end;
 }
 
 static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
@@ -597,14 +629,28 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 	return 0;
 }
 
+/* Returned by reg_locked: a reference is taken on a cached entry whose tags (copied to check[])
+ * the caller must validate after dropping the lock. */
+#define GDR_VALIDATE_UNLOCKED 1
+
 static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
-		      struct gdr_region **out)
+		      struct gdr_region **out, struct gdr_tag *check, uint32_t *ncheck)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
 	struct gdr_entry *e = gdr_index_find(&c->index, a);
 	uint32_t ntags = 0;
 	int rc;
 
+	if (e && a + len <= e->base + e->len && check && entry_cover(e, a, len, check, ncheck)) {
+		/* The common hit: the driver is asked outside the lock (it serialises the query
+		 * anyway: FACTS.md), holding a reference so that e cannot go away meanwhile. */
+		rc = entry_take(c, e, pd, access, a, out);
+		if (rc)
+			return rc;
+		c->st.hits++;
+		c->st.tag_checks += *ncheck;
+		return GDR_VALIDATE_UNLOCKED;
+	}
 	if (e && a + len <= e->base + e->len) {
 		rc = entry_check(c, e, a, len, false);
 		if (rc == 0) {
@@ -662,10 +708,35 @@ static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64
 	return rc;
 }
 
+/* Drop one reference of r; the caller holds c->lock. */
+static void region_put(struct gdr_cache *c, struct gdr_region *r)
+{
+	struct gdr_entry *e = r->entry;
+
+	if (!e) {
+		gdr_verbs_dereg(r->mr);
+		c->nhost--;
+		quarantine(c, r);
+		return;
+	}
+	r->refs--;
+	if (!--e->refs) {
+		if (e->in_index) {
+			lru_add(c, e);
+			evict(c, 0);
+		} else {
+			entry_destroy(c, e); /* detached: its last holder is gone */
+		}
+	}
+}
+
 GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
 		       struct gdr_region **region)
 {
+	struct gdr_tag check[GDR_MAX_TAGS];
 	uint64_t a = (uintptr_t)addr;
+	uint32_t ncheck = 0;
+	bool revoked;
 	int rc;
 
 	if (!c || !region) {
@@ -681,7 +752,32 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
-	rc = reg_locked(c, pd, a, len, access, region);
+	rc = reg_locked(c, pd, a, len, access, region, check, &ncheck);
+	if (!rc)
+		evict(c, 0);
+	pthread_mutex_unlock(&c->lock);
+	if (rc != GDR_VALIDATE_UNLOCKED)
+		return rc;
+
+	revoked = entry_revoked(c, (*region)->entry);
+	if (!revoked) {
+		uint32_t i = 0;
+
+		while (i < ncheck && !c->validator->check(c, &check[i]))
+			i++;
+		if (i == ncheck)
+			return 0;
+	}
+	/* Stale after all: give the reference back, retire the entry, and take the locked path,
+	 * which validates (and pins afresh) under the lock. */
+	pthread_mutex_lock(&c->lock);
+	c->st.hits--;
+	c->st.revoked += revoked;
+	if ((*region)->entry->in_index)
+		entry_stale(c, (*region)->entry);
+	region_put(c, *region);
+	*region = NULL;
+	rc = reg_locked(c, pd, a, len, access, region, NULL, NULL);
 	if (!rc)
 		evict(c, 0);
 	pthread_mutex_unlock(&c->lock);
@@ -691,7 +787,6 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 {
 	struct gdr_cache *c;
-	struct gdr_entry *e;
 
 	if (!r) {
 		gdr_err("NULL region");
@@ -709,22 +804,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
 		return -EINVAL;
 	}
-	e = r->entry;
-	if (!e) {
-		gdr_verbs_dereg(r->mr);
-		c->nhost--;
-		quarantine(c, r);
-	} else {
-		r->refs--;
-		if (!--e->refs) {
-			if (e->in_index) {
-				lru_add(c, e);
-				evict(c, 0);
-			} else {
-				entry_destroy(c, e); /* detached: its last holder is gone */
-			}
-		}
-	}
+	region_put(c, r);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }

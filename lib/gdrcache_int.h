@@ -125,6 +125,9 @@ struct gdr_backend_ops {
 		      struct ibv_mr **mr);
 	/* Physical page addresses (kmod); the count, or -errno (-ENOENT when the backend has none). */
 	int (*pages)(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max);
+	/* Whether the kernel has revoked the pin (its memory was freed): a load from memory the
+	 * kernel shares, no system call; safe without the cache lock. */
+	bool (*revoked)(struct gdr_be *b, const struct gdr_pin *pin);
 	/* Whether this backend works without a PD (a pin exists before any MR). */
 	bool pins_without_pd;
 };
@@ -141,6 +144,8 @@ int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
 /* Shared default for backends without a page list. */
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max);
+/* Shared default for backends the kernel never revokes from. */
+bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin);
 /* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */
 struct gdr_kmod_sys {
 	int (*open)(const char *path, int flags);
@@ -161,7 +166,8 @@ struct gdr_tag {
 struct gdr_cache;
 struct gdr_validator_ops {
 	const char *name;
-	/* 0 = still valid, -ESTALE = freed or replaced, other -errno = could not tell (treated stale) */
+	/* 0 = still valid, -ESTALE = freed or replaced, other -errno = could not tell (treated stale).
+	 * Called with or without c->lock held: it must not touch the cache's state. */
 	int (*check)(struct gdr_cache *c, const struct gdr_tag *tag);
 };
 extern const struct gdr_validator_ops gdr_validate_tag_ops;

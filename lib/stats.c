@@ -26,14 +26,14 @@ void gdr_stats_print(const struct gdr_cache *c, const char *why)
 		"gdrcache[%d] stats (%s, backend %s, validate %s): hits %" PRIu64 " misses %" PRIu64
 		" stale %" PRIu64 " evictions %" PRIu64 " pins %" PRIu64 " unpins %" PRIu64
 		" pinned_bytes %" PRIu64 " peak %" PRIu64 " entries %" PRIu64
-		" passthrough %" PRIu64 " tag_checks %" PRIu64 " sync_memops %" PRIu64
+		" passthrough %" PRIu64 " tag_checks %" PRIu64 " revoked %" PRIu64 " sync_memops %" PRIu64
 		" sync_memops_ctx %" PRIu64 " sync_memops_unavailable %" PRIu64
 		" fail_pin %" PRIu64 " fail_pin_retried %" PRIu64 " fail_mr %" PRIu64
 		" fail_cuda %" PRIu64 " fail_input %" PRIu64 " refused_managed %" PRIu64
 		" overlap_merged %" PRIu64 " detached %" PRIu64 "\n",
 		(int)getpid(), why, c->backend->ops->name, c->validator->name, s->hits, s->misses,
 		s->stale, s->evictions, s->pins, s->unpins, s->pinned_bytes, s->pinned_bytes_peak,
-		s->entries, s->passthrough, s->tag_checks, s->sync_memops_set, s->sync_memops_ctx,
+		s->entries, s->passthrough, s->tag_checks, s->revoked, s->sync_memops_set, s->sync_memops_ctx,
 		s->sync_memops_unavailable, s->fail_pin, s->fail_pin_retried, s->fail_mr,
 		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged, s->detached);
 }

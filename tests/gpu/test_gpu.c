@@ -237,6 +237,63 @@ static void test_flush_closes_dmabufs(struct gdr_cache *c)
 	p_cuMemFree_v2(a);
 }
 
+/* The differential test's core property on the real driver: random allocations, frees and
+ * reallocations at reused VAs, random sub-range registrations; every registration names the
+ * allocation now at its address, and its pinned range covers the request. */
+static void test_random_churn(struct gdr_cache *c, int ops)
+{
+	enum { N = 32 };
+	CUdeviceptr buf[N] = { 0 };
+	size_t size[N] = { 0 };
+	unsigned seed = 12345;
+	int bad = 0, regs = 0, reused = 0;
+	struct gdr_cache_stats s0 = stats(c), s1;
+
+	for (int op = 0; op < ops; op++) {
+		int i = rand_r(&seed) % N;
+		struct gdr_region *r;
+
+		if (!buf[i]) {
+			static const size_t sizes[] = { 4096, 65536, 1 << 20, 2 << 20, 4 << 20, 8 << 20 };
+
+			size[i] = sizes[rand_r(&seed) % 6] - (rand_r(&seed) % 2) * 512;
+			if (p_cuMemAlloc_v2(&buf[i], size[i]))
+				buf[i] = 0;
+			continue;
+		}
+		if (rand_r(&seed) % 4 == 0) {
+			CUdeviceptr old = buf[i];
+
+			p_cuMemFree_v2(buf[i]);
+			if (p_cuMemAlloc_v2(&buf[i], size[i]))
+				buf[i] = 0;
+			reused += buf[i] == old;
+			continue;
+		}
+		uint64_t off = rand_r(&seed) % size[i], len = 1 + rand_r(&seed) % (size[i] - off);
+		uint64_t base, plen, id;
+
+		if (gdr_reg(c, NULL, (void *)(buf[i] + off), len, 0, &r)) {
+			bad++;
+			continue;
+		}
+		regs++;
+		gdr_region_buffer_id(r, &id);
+		gdr_region_range(r, &base, &plen);
+		if (id != buffer_id(buf[i] + off) || base > buf[i] + off ||
+		    buf[i] + off + len > base + plen || base % 65536 || plen % 65536)
+			bad++;
+		gdr_dereg(r);
+	}
+	s1 = stats(c);
+	OK(bad == 0, "random churn: %d ops, %d registrations, %d reallocations at the same VA, "
+	   "%" PRIu64 " stale entries caught, %d wrong", ops, regs, reused, s1.stale - s0.stale, bad);
+	for (int i = 0; i < N; i++)
+		if (buf[i])
+			p_cuMemFree_v2(buf[i]);
+	gdr_cache_flush(c);
+}
+
 int main(void)
 {
 	char gpu[128] = "";
@@ -257,6 +314,7 @@ int main(void)
 	test_vmm(c);
 	test_managed_and_host(c);
 	test_flush_closes_dmabufs(c);
+	test_random_churn(c, 20000);
 	gdr_cache_get_stats(c, &s);
 	printf("# stats: hits %" PRIu64 " misses %" PRIu64 " stale %" PRIu64 " pins %" PRIu64
 	       " unpins %" PRIu64 " tag_checks %" PRIu64 " sync_memops %" PRIu64 " ctx %" PRIu64 "\n",

@@ -150,7 +150,24 @@ static void *k_mmap(size_t len, int fd)
 	if (fd != FAKE_FD)
 		return NULL;
 	area = calloc(1, len);
+	((struct gdrcache_revoke_area *)area)->nslots = NSLOTS;
 	return area;
+}
+
+/* What the module's free callback does when the driver frees the memory under a pin. */
+int fake_kmod_revoke(uint64_t va)
+{
+	struct gdrcache_revoke_area *ra = area;
+	int n = 0;
+
+	for (int s = 0; s < NSLOTS && ra; s++) {
+		if (slots[s].handle && slots[s].va <= va && va < slots[s].va + slots[s].len) {
+			__atomic_store_n(&ra->slot[s], slots[s].handle, __ATOMIC_RELEASE);
+			__atomic_fetch_add(&ra->revoke_count, 1, __ATOMIC_RELEASE);
+			n++;
+		}
+	}
+	return n;
 }
 
 static int k_munmap(void *addr, size_t len)

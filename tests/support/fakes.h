@@ -56,5 +56,7 @@ struct fake_kmod_state {
 };
 extern struct fake_kmod_state fake_kmod;
 void fake_kmod_install(void);
+/* Mark the pins holding va revoked in the shared area, as the free callback does. Returns how many. */
+int fake_kmod_revoke(uint64_t va);
 
 #endif

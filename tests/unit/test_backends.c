@@ -82,6 +82,31 @@ static void test_kmod(void **state)
 	fake_cuda_free(b);
 }
 
+/* A free the kernel saw (the module's revocation area) makes the entry stale without any
+ * BUFFER_ID query to the driver. */
+static void test_kmod_revocation(void **state)
+{
+	struct gdr_cache *c = create(GDR_BACKEND_KMOD);
+	uint64_t a = fake_cuda_alloc(4 * MiB), tag_queries;
+	struct gdr_region *r;
+	struct gdr_cache_stats s;
+
+	(void)state;
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(fake_kmod_revoke(a), 1);
+	tag_queries = fake_cuda_calls("cuPointerGetAttribute");
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(fake_cuda_calls("cuPointerGetAttribute"), tag_queries);
+	gdr_cache_get_stats(c, &s);
+	assert_int_equal(s.revoked, 1);
+	assert_int_equal(s.stale, 1);
+	assert_int_equal(s.pins, 2);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	fake_cuda_free(a);
+}
+
 static void test_kmod_unavailable(void **state)
 {
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND, .backend = GDR_BACKEND_KMOD };
@@ -221,6 +246,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_kmod, setup),
+		cmocka_unit_test_setup(test_kmod_revocation, setup),
 		cmocka_unit_test_setup(test_kmod_unavailable, setup),
 		cmocka_unit_test_setup(test_auto_choice, setup),
 		cmocka_unit_test_setup(test_dmabuf, setup),
