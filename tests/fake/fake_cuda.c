@@ -149,7 +149,8 @@ static int g_pool_handle; /* what MEMPOOL_HANDLE points at */
 	X(cuCtxGetFlags) X(cuCtxSetFlags) X(cuPointerGetAttribute) X(cuPointerGetAttributes)       \
 	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
 	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
-	X(cuMemAllocManaged) X(cuMemAllocAsync) X(cuMemFreeAsync)
+	X(cuMemAllocManaged) X(cuMemAllocAsync) X(cuMemFreeAsync)                                   \
+	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)
 
 enum entry {
 #define X(n) E_##n,
@@ -1755,6 +1756,43 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	return fake_cuda_free(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* Copies between host memory and fake device memory, which the CPU can reach: the range must lie
+ * in one live allocation, as the real driver requires of a device pointer range. */
+static CUresult copy_check(CUdeviceptr d, size_t n)
+{
+	struct alloc *a;
+	CUresult rc = CUDA_SUCCESS;
+
+	lock();
+	a = find_alloc(d);
+	if (!a || !kind_is_gpu(a->kind) || d + n > a->sp.va + a->sp.size)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	unlock();
+	return rc;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	CUresult rc;
+
+	ENTER(cuMemcpyHtoD_v2, true);
+	rc = copy_check(dst, n);
+	if (!rc)
+		memcpy((void *)(uintptr_t)dst, src, n);
+	return rc;
+}
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	CUresult rc;
+
+	ENTER(cuMemcpyDtoH_v2, true);
+	rc = copy_check(src, n);
+	if (!rc)
+		memcpy(dst, (const void *)(uintptr_t)src, n);
+	return rc;
+}
+
 EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
 	CUdeviceptr d;
@@ -1819,6 +1857,8 @@ static const struct {
 	{ "cuCtxGetCurrent", E_cuCtxGetCurrent, (void *)cuCtxGetCurrent, 4000 },
 	{ "cuCtxSetCurrent", E_cuCtxSetCurrent, (void *)cuCtxSetCurrent, 4000 },
 	{ "cuCtxGetDevice", E_cuCtxGetDevice, (void *)cuCtxGetDevice, 2000 },
+	{ "cuMemcpyHtoD", E_cuMemcpyHtoD_v2, (void *)cuMemcpyHtoD_v2, 3020 },
+	{ "cuMemcpyDtoH", E_cuMemcpyDtoH_v2, (void *)cuMemcpyDtoH_v2, 3020 },
 	{ "cuDevicePrimaryCtxRetain", E_cuDevicePrimaryCtxRetain, (void *)cuDevicePrimaryCtxRetain,
 	  7000 },
 	{ "cuCtxGetFlags", E_cuCtxGetFlags, (void *)cuCtxGetFlags, 7000 },
