@@ -132,7 +132,7 @@ static void quarantine(struct gdr_cache *c, struct gdr_region *r)
 	/* A released record stays readable (magic DEAD) a while, so a late second gdr_dereg is
 	 * refused instead of touching freed memory. */
 	r->magic = GDR_REGION_DEAD;
-	r->refs = 0;
+	__atomic_store_n(&r->refs, 0, __ATOMIC_RELAXED);
 	if (c->qlen == GDR_QUARANTINE) {
 		free(c->quarantine[c->qhead]);
 		c->quarantine[c->qhead] = r;
@@ -439,7 +439,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 		r->kind = t ? t->kind : GDR_MEM_DEVICE;
 		LL_PREPEND(e->regions, r);
 	}
-	r->refs++;
+	__atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
 	*out = r;
 	return 0;
 
@@ -622,7 +622,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 	r->pd = pd;
 	r->access = access;
 	r->kind = GDR_MEM_HOST;
-	r->refs = 1;
+	__atomic_store_n(&r->refs, 1, __ATOMIC_RELAXED);
 	c->st.passthrough++;
 	c->nhost++;
 	*out = r;
@@ -719,7 +719,7 @@ static void region_put(struct gdr_cache *c, struct gdr_region *r)
 		quarantine(c, r);
 		return;
 	}
-	r->refs--;
+	__atomic_fetch_sub(&r->refs, 1, __ATOMIC_RELAXED);
 	if (!--e->refs) {
 		if (e->in_index) {
 			lru_add(c, e);
@@ -798,7 +798,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	}
 	c = r->cache;
 	pthread_mutex_lock(&c->lock);
-	if (!r->refs) {
+	if (!__atomic_load_n(&r->refs, __ATOMIC_RELAXED)) {
 		c->st.fail_input++;
 		pthread_mutex_unlock(&c->lock);
 		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);

@@ -183,7 +183,7 @@ struct gdr_region {
 	struct gdr_entry *entry;   /* NULL: host memory passed through */
 	struct ibv_pd *pd;
 	int access;
-	uint32_t refs;
+	uint32_t refs;             /* changed under the cache lock, read without it: __atomic */
 	struct ibv_mr *mr;
 	uint64_t buffer_id;        /* of the allocation the record was first made for */
 	uint8_t kind;

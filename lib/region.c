@@ -6,7 +6,7 @@
 
 static bool held(const struct gdr_region *r)
 {
-	if (!r || r->magic != GDR_REGION_LIVE || !r->refs) {
+	if (!r || r->magic != GDR_REGION_LIVE || !__atomic_load_n(&r->refs, __ATOMIC_RELAXED)) {
 		gdr_err("region %p is not a held registration", (const void *)r);
 		return false;
 	}
