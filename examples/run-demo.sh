@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The main job: examples/gdr_rdma_demo, a verbs program that moves GPU buffers with RDMA WRITE,
+# registering them around every message, first with ibv_reg_mr and then through libgdrcache, and
+# verifying every payload (also after the buffer is freed and reallocated at the same address).
+#
+# With an NVIDIA GPU and an RDMA device on this machine it runs here, against them. Otherwise (no
+# GPU or no NIC, as on CI) it runs inside the project's VM: Debian's own kernel in QEMU with
+# soft-RoCE (rdma_rxe), gdrcache.ko, a simulated NVIDIA P2P provider and a fake CUDA driver whose
+# "GPU memory" is ordinary pages (see tests/vm/README.md for what is real and what is simulated).
+# Usage: examples/run-demo.sh [gdr_rdma_demo options, used when running natively]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash tests/deps.sh
+if nvidia-smi -L >/dev/null 2>&1 && [ -n "$(ibv_devices 2>/dev/null | awk 'NR > 2')" ]; then
+	cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/demo --target gdr_rdma_demo -j"$(nproc)" >/dev/null
+	exec build/demo/examples/gdr_rdma_demo "$@"
+fi
+echo "No GPU with an RDMA device here: running the demo in the VM (soft-RoCE, simulated GPU)."
+exec bash tests/vm/run --cases '10-rxe-up,40-demo'
