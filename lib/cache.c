@@ -4,11 +4,14 @@
  * reference counts and limits. One mutex per cache guards all of it (the hit path validates with
  * the driver anyway in tag mode, and the driver serialises that call: FACTS.md).
  *
- * Invariants, all under c->lock:
+ * gdr_reg takes the lock once and validates a hit after dropping it; gdr_dereg takes no lock in the
+ * common case (see the reference counts below).
+ *
+ * Invariants, under c->lock:
  *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries; an entry
  *    replaced while a caller still holds it is "detached": out of the index, pinned until its last
  *    gdr_dereg, never handed out again;
- *  - an entry is in the LRU list iff it is indexed and unreferenced;
+ *  - the LRU list holds exactly the indexed entries, least recently taken first;
  *  - after every call, pinned bytes and entries exceed their limits only by referenced entries.
  */
 #include <errno.h>
@@ -207,31 +210,33 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 	return 0;
 }
 
-/* ---- entries ------------------------------------------------------------------------------- */
+/* ---- entries -------------------------------------------------------------------------------
+ * Reference counts: an entry in the index holds one reference of its own, and every registration
+ * handed out holds one more. References are taken only under c->lock; gdr_dereg drops its own
+ * without the lock, and whoever drops the last one (necessarily of an entry already out of the
+ * index) destroys the entry under the lock. So, under the lock, an indexed entry whose count is 1
+ * is held by nobody and nobody can take it: it may be evicted.
+ */
 
-static void lru_add(struct gdr_cache *c, struct gdr_entry *e)
+static uint32_t entry_refs(const struct gdr_entry *e)
 {
-	DL_APPEND(c->lru, e);
-	e->in_lru = true;
+	return __atomic_load_n(&e->refs, __ATOMIC_ACQUIRE);
 }
 
-static void lru_del(struct gdr_cache *c, struct gdr_entry *e)
+/* Whether the cache holds more than its limits; read by gdr_dereg without the lock. */
+static void limits_update(struct gdr_cache *c)
 {
-	if (e->in_lru) {
-		DL_DELETE(c->lru, e);
-		e->in_lru = false;
-	}
+	__atomic_store_n(&c->over_limit, c->st.pinned_bytes > c->cfg.max_bytes ||
+			 c->st.entries > c->cfg.max_entries, __ATOMIC_RELAXED);
 }
 
+/* Unpin and free an entry nobody holds and the index no longer lists. */
 static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 {
 	struct gdr_mrec *m, *mt;
 	struct gdr_region *r, *rt;
 
-	lru_del(c, e);
-	if (e->in_index)
-		gdr_index_remove(&c->index, e);
-	else
+	if (e->detached)
 		c->st.detached--;
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
 		gdr_verbs_dereg(m->mr);
@@ -247,16 +252,18 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	free(e);
 }
 
-/* Take e out of service: unpinned now if nobody holds it, else when its last holder lets go. */
+/* Take an indexed entry out of service: unpinned now if nobody holds it, else "detached" until its
+ * last holder lets go. */
 static void entry_drop(struct gdr_cache *c, struct gdr_entry *e)
 {
-	if (e->in_index) {
-		gdr_index_remove(&c->index, e);
+	gdr_index_remove(&c->index, e);
+	DL_DELETE(c->lru, e);
+	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		entry_destroy(c, e);
+	} else {
+		e->detached = true; /* read by entry_destroy, under this lock */
 		c->st.detached++;
 	}
-	lru_del(c, e);
-	if (!e->refs)
-		entry_destroy(c, e);
 }
 
 static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
@@ -269,22 +276,26 @@ static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 	entry_drop(c, e);
 }
 
-/* Evict least recently used unreferenced entries while over the limits, or until `need` bytes
+/* Evict least recently used entries nobody holds while over the limits, or until `need` bytes
  * have been freed. Returns the number evicted. */
 static int evict(struct gdr_cache *c, uint64_t need)
 {
+	struct gdr_entry *e, *tmp;
 	uint64_t freed = 0;
 	int n = 0;
 
-	while (c->lru && (c->st.pinned_bytes > c->cfg.max_bytes ||
-			  c->st.entries > c->cfg.max_entries || freed < need)) {
-		struct gdr_entry *e = c->lru;
-
+	DL_FOREACH_SAFE(c->lru, e, tmp) {
+		if (c->st.pinned_bytes <= c->cfg.max_bytes && c->st.entries <= c->cfg.max_entries &&
+		    freed >= need)
+			break;
+		if (entry_refs(e) > 1)
+			continue;
 		freed += e->len;
 		c->st.evictions++;
-		entry_destroy(c, e);
+		entry_drop(c, e);
 		n++;
 	}
+	limits_update(c);
 	return n;
 }
 
@@ -392,9 +403,10 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 	LL_FOREACH(e->regions, r)
 		if (r->pd == pd && r->access == access && r->buffer_id == id)
 			break;
-	/* Hold e first: making the MR may evict, and must not evict e. */
-	if (!e->refs++)
-		lru_del(c, e);
+	/* Hold e first: making the MR may evict, and must not evict e. Most recently used now. */
+	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	DL_DELETE(c->lru, e);
+	DL_APPEND(c->lru, e);
 	if (!r) {
 		if (pd) {
 			LL_FOREACH(e->mrecs, m)
@@ -444,8 +456,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 	return 0;
 
 err_put:
-	if (!--e->refs)
-		lru_add(c, e);
+	__atomic_fetch_sub(&e->refs, 1, __ATOMIC_ACQ_REL); /* the index still holds it */
 	return rc;
 }
 
@@ -585,6 +596,8 @@ static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const str
 		c->backend->ops->unpin(c->backend, &e->pin);
 		goto err_free;
 	}
+	__atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED); /* the index's own reference */
+	DL_APPEND(c->lru, e);
 	c->st.entries++;
 	gdr_stats_pinned(c, (int64_t)e->len);
 	*out = e;
@@ -702,32 +715,27 @@ static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64
 	rc = entry_create(c, a, len, tags, ntags, &e);
 	if (rc)
 		return rc;
-	rc = entry_take(c, e, pd, access, a, out);
-	if (rc && !e->refs)
-		lru_add(c, e); /* pinned and valid: keep it for the next caller */
-	return rc;
+	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
+	return entry_take(c, e, pd, access, a, out);
 }
 
-/* Drop one reference of r; the caller holds c->lock. */
-static void region_put(struct gdr_cache *c, struct gdr_region *r)
+/* Release a host registration (passed through, not cached); under c->lock. */
+static void host_put(struct gdr_cache *c, struct gdr_region *r)
+{
+	gdr_verbs_dereg(r->mr);
+	c->nhost--;
+	quarantine(c, r);
+}
+
+/* Drop one reference of a cached registration, without c->lock. Returns whether it was the entry's
+ * last reference: the entry is then detached and the caller must destroy it under the lock. After
+ * the drop nothing of r or its entry may be touched otherwise: another thread may evict it. */
+static bool region_put(struct gdr_region *r)
 {
 	struct gdr_entry *e = r->entry;
 
-	if (!e) {
-		gdr_verbs_dereg(r->mr);
-		c->nhost--;
-		quarantine(c, r);
-		return;
-	}
 	__atomic_fetch_sub(&r->refs, 1, __ATOMIC_RELAXED);
-	if (!--e->refs) {
-		if (e->in_index) {
-			lru_add(c, e);
-			evict(c, 0);
-		} else {
-			entry_destroy(c, e); /* detached: its last holder is gone */
-		}
-	}
+	return __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0;
 }
 
 GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
@@ -735,6 +743,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 {
 	struct gdr_tag check[GDR_MAX_TAGS];
 	uint64_t a = (uintptr_t)addr;
+	struct gdr_entry *e;
 	uint32_t ncheck = 0;
 	bool revoked;
 	int rc;
@@ -773,9 +782,11 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	pthread_mutex_lock(&c->lock);
 	c->st.hits--;
 	c->st.revoked += revoked;
-	if ((*region)->entry->in_index)
-		entry_stale(c, (*region)->entry);
-	region_put(c, *region);
+	e = (*region)->entry;
+	if (e->in_index)
+		entry_stale(c, e); /* detached: our reference keeps it */
+	if (region_put(*region))
+		entry_destroy(c, e);
 	*region = NULL;
 	rc = reg_locked(c, pd, a, len, access, region, NULL, NULL);
 	if (!rc)
@@ -787,6 +798,8 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 {
 	struct gdr_cache *c;
+	struct gdr_entry *e;
+	uint32_t n;
 
 	if (!r) {
 		gdr_err("NULL region");
@@ -797,29 +810,53 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		return -EINVAL;
 	}
 	c = r->cache;
-	pthread_mutex_lock(&c->lock);
-	if (!__atomic_load_n(&r->refs, __ATOMIC_RELAXED)) {
-		c->st.fail_input++;
+	e = r->entry;
+	if (!e) {
+		pthread_mutex_lock(&c->lock);
+		host_put(c, r);
 		pthread_mutex_unlock(&c->lock);
-		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
-		return -EINVAL;
+		return 0;
 	}
-	region_put(c, r);
-	pthread_mutex_unlock(&c->lock);
+	/* The common release takes no lock: one reference less on the record and the entry. */
+	n = __atomic_load_n(&r->refs, __ATOMIC_RELAXED);
+	do {
+		if (!n) {
+			pthread_mutex_lock(&c->lock);
+			c->st.fail_input++;
+			pthread_mutex_unlock(&c->lock);
+			gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
+			return -EINVAL;
+		}
+	} while (!__atomic_compare_exchange_n(&r->refs, &n, n - 1, true, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		pthread_mutex_lock(&c->lock);
+		entry_destroy(c, e); /* detached, and its last holder is gone */
+		limits_update(c);
+		pthread_mutex_unlock(&c->lock);
+	} else if (__atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
+		pthread_mutex_lock(&c->lock);
+		evict(c, 0); /* what this release made evictable */
+		pthread_mutex_unlock(&c->lock);
+	}
 	return 0;
 }
 
 GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 {
+	struct gdr_entry *e, *tmp;
 	int n = 0;
 
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	while (c->lru) {
-		entry_destroy(c, c->lru);
-		n++;
+	DL_FOREACH_SAFE(c->lru, e, tmp) {
+		if (entry_refs(e) == 1) {
+			entry_drop(c, e);
+			n++;
+		}
 	}
+	limits_update(c);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
@@ -835,14 +872,14 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	}
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < c->index.n; i++)
-		held += c->index.v[i]->refs;
-	if (held || c->nhost || c->st.entries != c->index.n) {
+		held += entry_refs(c->index.v[i]) - 1;
+	if (held || c->nhost || c->st.detached) {
 		pthread_mutex_unlock(&c->lock);
 		gdr_err("cache %p still has registrations held: release them first", (void *)c);
 		return -EBUSY;
 	}
 	while (c->index.n)
-		entry_destroy(c, c->index.v[0]);
+		entry_drop(c, c->index.v[0]);
 	pthread_mutex_unlock(&c->lock);
 
 	gdr_stats_untrack(c);

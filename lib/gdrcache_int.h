@@ -183,7 +183,7 @@ struct gdr_region {
 	struct gdr_entry *entry;   /* NULL: host memory passed through */
 	struct ibv_pd *pd;
 	int access;
-	uint32_t refs;             /* changed under the cache lock, read without it: __atomic */
+	uint32_t refs;             /* taken under the cache lock, dropped without it: __atomic */
 	struct ibv_mr *mr;
 	uint64_t buffer_id;        /* of the allocation the record was first made for */
 	uint8_t kind;
@@ -200,15 +200,15 @@ struct gdr_mrec {
 
 struct gdr_entry {
 	uint64_t base, len;        /* == pin.base/len */
-	uint32_t refs;             /* held registrations, all regions */
-	bool in_index;             /* false once detached: stale or merged while referenced */
+	uint32_t refs;             /* 1 for the index + 1 per held registration (__atomic: cache.c) */
+	bool in_index;
+	bool detached;             /* left the index while held: destroyed by its last gdr_dereg */
 	uint32_t ntags, tags_cap;
 	struct gdr_tag *tags;      /* sorted by start, non-overlapping */
 	struct gdr_pin pin;
 	struct gdr_region *regions;
 	struct gdr_mrec *mrecs;
-	struct gdr_entry *prev, *next; /* LRU (unreferenced entries only) */
-	bool in_lru;
+	struct gdr_entry *prev, *next; /* LRU: every indexed entry, least recently taken first */
 };
 
 /* index.c: the non-overlapping cached entries, sorted by base. */
@@ -235,6 +235,7 @@ struct gdr_cache {
 	const struct gdr_validator_ops *validator;
 	struct gdr_index index;
 	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
+	int over_limit;                  /* limits exceeded (by held entries): __atomic */
 	struct gdr_sync_set *synced;
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
