@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Backend choice: the configured one, or for "auto" the first that opens, with the reason logged. */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "gdrcache_int.h"
 
@@ -53,4 +54,22 @@ bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin)
 {
 	(void)b, (void)pin;
 	return false;
+}
+
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why)
+{
+	struct gdr_be *b = calloc(1, sizeof(*b));
+
+	if (!b) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	b->ops = ops;
+	*out = b;
+	return 0;
+}
+
+void gdr_backend_free(struct gdr_be *b)
+{
+	free(b);
 }

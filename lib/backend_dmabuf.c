@@ -6,7 +6,6 @@
  * promptly: the validator drops it at the next lookup that touches it, eviction or flush otherwise.
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include "cuda_abi.h"
@@ -14,7 +13,6 @@
 
 static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
 {
-	struct gdr_be *b;
 	int supported = 0;
 
 	(void)cfg;
@@ -27,20 +25,10 @@ static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const 
 		*why = "GPU 0 does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
 		return -ENODEV;
 	}
-	b = calloc(1, sizeof(*b));
-	if (!b) {
-		*why = "out of memory";
+	if (gdr_backend_alloc(&gdr_backend_dmabuf_ops, out, why))
 		return -ENOMEM;
-	}
-	b->ops = &gdr_backend_dmabuf_ops;
-	*out = b;
 	*why = "GPU 0 exports dma-bufs";
 	return 0;
-}
-
-static void dmabuf_close(struct gdr_be *b)
-{
-	free(b);
 }
 
 static int dmabuf_pin(struct gdr_be *b, struct gdr_pin *pin)
@@ -78,7 +66,7 @@ const struct gdr_backend_ops gdr_backend_dmabuf_ops = {
 	.name = "dmabuf",
 	.id = GDR_BACKEND_DMABUF,
 	.open = dmabuf_open,
-	.close = dmabuf_close,
+	.close = gdr_backend_free,
 	.pin = dmabuf_pin,
 	.unpin = dmabuf_unpin,
 	.reg_mr = dmabuf_reg_mr,

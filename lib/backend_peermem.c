@@ -5,28 +5,16 @@
  * backend needs a PD for every registration (gdr_reg without one: -EOPNOTSUPP).
  */
 #include <errno.h>
-#include <stdlib.h>
 
 #include "gdrcache_int.h"
 
 static int peermem_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
 {
-	struct gdr_be *b = calloc(1, sizeof(*b));
-
 	(void)cfg;
-	if (!b) {
-		*why = "out of memory";
+	if (gdr_backend_alloc(&gdr_backend_peermem_ops, out, why))
 		return -ENOMEM;
-	}
-	b->ops = &gdr_backend_peermem_ops;
-	*out = b;
 	*why = "ibv_reg_mr on GPU addresses (needs nvidia-peermem)";
 	return 0;
-}
-
-static void peermem_close(struct gdr_be *b)
-{
-	free(b);
 }
 
 /* The MR is the pin: nothing to do until one is asked for. */
@@ -52,7 +40,7 @@ const struct gdr_backend_ops gdr_backend_peermem_ops = {
 	.name = "peermem",
 	.id = GDR_BACKEND_PEERMEM,
 	.open = peermem_open,
-	.close = peermem_close,
+	.close = gdr_backend_free,
 	.pin = peermem_pin,
 	.unpin = peermem_unpin,
 	.reg_mr = peermem_reg_mr,

@@ -154,6 +154,24 @@ static void quarantine(struct gdr_cache *c, struct gdr_region *r)
 	}
 }
 
+/* A new registration record (no reference yet). */
+static struct gdr_region *region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd,
+				     int access, uint8_t kind, uint64_t buffer_id)
+{
+	struct gdr_region *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->magic = GDR_REGION_LIVE;
+	r->cache = c;
+	r->entry = e;
+	r->pd = pd;
+	r->access = access;
+	r->kind = kind;
+	r->buffer_id = buffer_id;
+	return r;
+}
+
 /* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
 
 static void synced_forget(struct gdr_cache *c, uint64_t id)
@@ -445,19 +463,12 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 			m->access = access;
 			LL_PREPEND(e->mrecs, m);
 		}
-		r = calloc(1, sizeof(*r));
+		r = region_new(c, e, pd, access, t ? t->kind : GDR_MEM_DEVICE, id);
 		if (!r) {
 			rc = -ENOMEM;
 			goto err_put;
 		}
-		r->magic = GDR_REGION_LIVE;
-		r->cache = c;
-		r->entry = e;
-		r->pd = pd;
-		r->access = access;
 		r->mr = m ? m->mr : NULL;
-		r->buffer_id = id;
-		r->kind = t ? t->kind : GDR_MEM_DEVICE;
 		LL_PREPEND(e->regions, r);
 	}
 	__atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
@@ -630,7 +641,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
 		return c->cuda_ok ? -EINVAL : -ENODEV;
 	}
-	r = calloc(1, sizeof(*r));
+	r = region_new(c, NULL, pd, access, GDR_MEM_HOST, 0);
 	if (!r)
 		return -ENOMEM;
 	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
@@ -639,11 +650,6 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 		free(r);
 		return rc;
 	}
-	r->magic = GDR_REGION_LIVE;
-	r->cache = c;
-	r->pd = pd;
-	r->access = access;
-	r->kind = GDR_MEM_HOST;
 	__atomic_store_n(&r->refs, 1, __ATOMIC_RELAXED);
 	c->st.passthrough++;
 	c->nhost++;

@@ -144,6 +144,9 @@ int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
 /* Shared default for backends without a page list. */
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max);
+/* For backends with no state of their own: a bare struct gdr_be, and its release. */
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why);
+void gdr_backend_free(struct gdr_be *b);
 /* Shared default for backends the kernel never revokes from. */
 bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin);
 /* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */

@@ -162,6 +162,14 @@ static void slot_realloc(int i)
 	(void)va;
 }
 
+static bool slot_held(int i)
+{
+	for (int h = 0; h < nheld; h++)
+		if (held[h].slot == i)
+			return true;
+	return false;
+}
+
 static void do_reg(void)
 {
 	int i = (int)(rnd() % NSLOTS), h;
@@ -271,21 +279,14 @@ int main(int argc, char **argv)
 		else if (k < 87) {
 			if (slots[i].kind == K_NONE)
 				slot_alloc(i);
-		} else if (k < 93) {
-			/* Free mostly buffers nobody holds; now and then one that is still held. */
-			bool in_use = false;
-
-			for (int h = 0; h < nheld; h++)
-				in_use |= held[h].slot == i;
-			if (slots[i].kind != K_NONE && (!in_use || rnd() % 50 == 0))
-				slot_free(i);
 		} else if (k < 99) {
-			bool in_use = false;
-
-			for (int h = 0; h < nheld; h++)
-				in_use |= held[h].slot == i;
-			if (slots[i].kind != K_NONE && (!in_use || rnd() % 50 == 0))
-				slot_realloc(i);
+			/* Free (or reallocate) mostly buffers nobody holds; now and then a held one. */
+			if (slots[i].kind != K_NONE && (!slot_held(i) || rnd() % 50 == 0)) {
+				if (k < 93)
+					slot_free(i);
+				else
+					slot_realloc(i);
+			}
 		} else if (rnd() % 20 == 0) {
 			CHECK(gdr_cache_flush(cache) >= 0);
 			n.flushes++;
