@@ -14,6 +14,7 @@
 	X(cuDeviceGetName, (char *, int, CUdevice))                                          \
 	X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                 \
 	X(cuCtxSetCurrent, (CUcontext))                                                      \
+	X(cuCtxGetCurrent, (CUcontext *))                                                    \
 	X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                            \
 	X(cuMemFree_v2, (CUdeviceptr))                                                       \
 	X(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned))                              \

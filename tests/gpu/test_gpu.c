@@ -7,6 +7,7 @@
  * that machine, so no PD is given: the MR paths are proven in the VM on soft-RoCE.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -200,6 +201,106 @@ static void test_vmm(struct gdr_cache *c)
 	p_cuMemAddressFree(va, size);
 }
 
+/* Two mappings in one reservation: each is its own allocation (RANGE_* alone would give the whole
+ * reservation, mapped or not: FACTS.md), and one registration may span both. */
+static void test_vmm_two_mappings(struct gdr_cache *c)
+{
+	CUmemAllocationProp prop = { 0 };
+	CUmemAccessDesc acc = { 0 };
+	CUmemGenericAllocationHandle h1, h2;
+	CUdeviceptr va;
+	size_t gran = 0, half;
+	struct gdr_region *r;
+	uint64_t base = 0, len = 0;
+	int fd = -1, rc;
+	uint64_t off;
+
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	prop.allocFlags.gpuDirectRDMACapable = 1;
+	p_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	half = 2 * gran;
+	/* a reservation of three halves: two mapped, the last left unmapped */
+	p_cuMemAddressReserve(&va, 3 * half, 0, 0, 0);
+	p_cuMemCreate(&h1, half, &prop, 0);
+	p_cuMemCreate(&h2, half, &prop, 0);
+	p_cuMemMap(va, half, 0, h1, 0);
+	p_cuMemMap(va + half, half, 0, h2, 0);
+	acc.location = prop.location;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	p_cuMemSetAccess(va, 2 * half, &acc, 1);
+
+	rc = gdr_reg(c, NULL, (void *)va, 4096, 0, &r);
+	if (!rc) {
+		gdr_region_range(r, &base, &len);
+		gdr_dereg(r);
+	}
+	OK(!rc && base == va && len == half,
+	   "VMM: the pin covers the mapping [%#llx, +%zu), not the reservation (got %d, +%llu)",
+	   (unsigned long long)va, half, rc, (unsigned long long)len);
+	rc = gdr_reg(c, NULL, (void *)(va + half - 4096), 8192, 0, &r);
+	if (!rc) {
+		gdr_region_range(r, &base, &len);
+		gdr_region_dmabuf(r, &fd, &off);
+	}
+	OK(!rc && base == va && len == 2 * half && fd_is_dmabuf(fd),
+	   "a registration across two mappings: one pin of both, one dma-buf (%d, +%llu)", rc,
+	   (unsigned long long)len);
+	if (!rc)
+		gdr_dereg(r);
+	rc = gdr_reg(c, NULL, (void *)(va + 2 * half - 4096), 8192, 0, &r);
+	OK(rc == -EINVAL, "a range running into the unmapped part is refused (%d)", rc);
+	gdr_cache_flush(c);
+	p_cuMemUnmap(va, 2 * half);
+	p_cuMemRelease(h1);
+	p_cuMemRelease(h2);
+	p_cuMemAddressFree(va, 3 * half);
+}
+
+struct thread_reg {
+	struct gdr_cache *c;
+	CUdeviceptr p;
+	int rc, had_ctx;
+	int fd;
+};
+
+static void *reg_without_context(void *arg)
+{
+	struct thread_reg *t = arg;
+	struct gdr_region *r;
+	CUcontext cur = NULL;
+	uint64_t off;
+
+	p_cuCtxGetCurrent(&cur);
+	t->had_ctx = cur != NULL;
+	t->rc = gdr_reg(t->c, NULL, (void *)t->p, 4096, 0, &r);
+	if (!t->rc) {
+		gdr_region_dmabuf(r, &t->fd, &off);
+		t->fd = fd_is_dmabuf(t->fd);
+		gdr_dereg(r);
+	}
+	return NULL;
+}
+
+/* FACTS.md: a thread without a current context cannot export a dma-buf (an MPI progress thread
+ * usually has none); the cache borrows the device's primary context. */
+static void test_thread_without_context(struct gdr_cache *c)
+{
+	struct thread_reg t = { .c = c };
+	pthread_t th;
+
+	gdr_cache_flush(c);
+	p_cuMemAlloc_v2(&t.p, 4 * MiB);
+	pthread_create(&th, NULL, reg_without_context, &t);
+	pthread_join(th, NULL);
+	OK(!t.had_ctx && t.rc == 0 && t.fd,
+	   "registration (a miss: dma-buf export) from a thread with no CUDA context (rc %d, context "
+	   "%s)", t.rc, t.had_ctx ? "present" : "none");
+	gdr_cache_flush(c);
+	p_cuMemFree_v2(t.p);
+}
+
 static void test_managed_and_host(struct gdr_cache *c)
 {
 	CUdeviceptr m;
@@ -312,6 +413,8 @@ int main(void)
 	test_sync_memops_once(c);
 	test_small_neighbours(c);
 	test_vmm(c);
+	test_vmm_two_mappings(c);
+	test_thread_without_context(c);
 	test_managed_and_host(c);
 	test_flush_closes_dmabufs(c);
 	test_random_churn(c, 20000);
