@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cache: lookup, validation on reuse, pinning with eviction and retry, LRU lazy unpinning,
- * reference counts and limits. One mutex per cache guards all of it (the hit path validates with
- * the driver anyway in tag mode, and the driver serialises that call: FACTS.md).
- *
- * gdr_reg takes the lock once and validates a hit after dropping it; gdr_dereg takes no lock in the
- * common case (see the reference counts below).
+ * reference counts and limits. One mutex per cache guards the index, the LRU and the statistics.
+ * A hit takes it once, to find the entry and take a reference, and validates after dropping it
+ * (the driver's BUFFER_ID query is the slow part, and serialised by the driver: FACTS.md); a miss
+ * holds it while it classifies and pins. gdr_dereg takes no lock in the common case (see the
+ * reference counts below).
  *
  * Invariants, under c->lock:
  *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries; an entry
@@ -29,7 +29,6 @@ struct gdr_sync_set {
 	uint8_t kind;
 	UT_hash_handle hh;
 };
-
 
 #define ATTR_FIELDS_ALL                                                                         \
 	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |   \
@@ -83,6 +82,18 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 	return 0;
 }
 
+/* A hit holds the lock for well under a microsecond: spinning a little before sleeping beats a
+ * futex hand-off when many threads hit at once (bench/RESULTS.md). */
+static void lock_init(pthread_mutex_t *lock)
+{
+	pthread_mutexattr_t ma;
+
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+}
+
 int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
 			 struct gdr_cache **out)
 {
@@ -102,7 +113,7 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		if (rc)
 			return rc;
 		if (attr->field_mask & GDR_CACHE_ATTR_LOG_LEVEL)
-			gdr_log_level = cfg.log_level;
+			__atomic_store_n(&gdr_log_level, cfg.log_level, __ATOMIC_RELAXED);
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -117,16 +128,7 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		free(c);
 		return rc;
 	}
-	{
-		/* Held for a lookup's length (well under a microsecond): spinning a little before
-		 * sleeping beats a futex hand-off when many threads hit at once. */
-		pthread_mutexattr_t ma;
-
-		pthread_mutexattr_init(&ma);
-		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-		pthread_mutex_init(&c->lock, &ma);
-		pthread_mutexattr_destroy(&ma);
-	}
+	lock_init(&c->lock);
 	gdr_stats_track(c);
 	*out = c;
 	return 0;
@@ -204,7 +206,7 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 		/* VMM memory (cuMemMap) refuses the pointer attribute: FACTS.md. It is still device
 		 * memory; the context-wide flag gives the same guarantee. */
 		t->kind = GDR_MEM_VMM;
-		rc = gdr_cuda_ctx_sync_memops();
+		rc = gdr_cuda_ctx_sync_memops(t->device);
 		if (rc > 0) {
 			c->st.sync_memops_ctx++;
 		} else if (rc < 0) {

@@ -145,7 +145,7 @@ static void config_read(void)
 			gdr_warn("%s=\"%s\" is not %s: using the default", table[i].name, s,
 				 table[i].what);
 		if (table[i].field == &config.log_level)
-			gdr_log_level = config.log_level;
+			__atomic_store_n(&gdr_log_level, config.log_level, __ATOMIC_RELAXED);
 	}
 }
 

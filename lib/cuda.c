@@ -214,41 +214,7 @@ int gdr_cuda_set_sync_memops(uint64_t addr)
 	return -EIO;
 }
 
-int gdr_cuda_ctx_sync_memops(void)
-{
-	gdr_CUcontext ctx = NULL;
-	unsigned int flags = 0;
-	int rc, ret = 0;
-
-	if (cu.status)
-		return -ENODEV;
-	if (!cu.ctx_set_flags || !cu.ctx_get_flags)
-		return -EOPNOTSUPP;
-	rc = cu.ctx_get_current(&ctx);
-	if (rc != GDR_CUDA_SUCCESS || !ctx)
-		return -ENXIO;
-	pthread_mutex_lock(&ctx_lock);
-	for (unsigned i = 0; i < ctx_ndone; i++)
-		if (ctx_done[i] == ctx)
-			goto out;
-	rc = cu.ctx_get_flags(&flags);
-	if (rc == GDR_CUDA_SUCCESS && !(flags & GDR_CU_CTX_SYNC_MEMOPS))
-		rc = cu.ctx_set_flags(flags | GDR_CU_CTX_SYNC_MEMOPS);
-	if (rc != GDR_CUDA_SUCCESS) {
-		gdr_err("cuCtxSetFlags(CU_CTX_SYNC_MEMOPS): %s (%d)", cu_err(rc), rc);
-		ret = -EIO;
-		goto out;
-	}
-	if (ctx_ndone < sizeof(ctx_done) / sizeof(ctx_done[0]))
-		ctx_done[ctx_ndone++] = ctx;
-	ret = 1; /* newly set */
-out:
-	pthread_mutex_unlock(&ctx_lock);
-	return ret;
-}
-
-/* A thread with no current context (an MPI progress thread, say) cannot export a dma-buf: FACTS.md.
- * Borrow the device's primary context for the call, retained once per device for the process. */
+/* The device's primary context, retained once per device for the life of the process. */
 static gdr_CUcontext primary_ctx(int device)
 {
 	static gdr_CUcontext retained[64];
@@ -266,26 +232,86 @@ static gdr_CUcontext primary_ctx(int device)
 	return ctx;
 }
 
+/* A thread with no current context (an MPI progress thread, say) can query pointers but cannot
+ * export a dma-buf or set context flags: FACTS.md. Such calls borrow the device's primary context:
+ * context_borrow makes it current when the thread has none and returns it (NULL if nothing was
+ * borrowed, *err set if a context was needed and none could be had); context_return undoes it. */
+static gdr_CUcontext context_borrow(int device, int *err)
+{
+	gdr_CUcontext cur = NULL, ctx;
+
+	*err = 0;
+	if (cu.ctx_get_current(&cur) != GDR_CUDA_SUCCESS || cur)
+		return NULL;
+	ctx = primary_ctx(device);
+	if (!ctx || cu.ctx_set_current(ctx) != GDR_CUDA_SUCCESS) {
+		gdr_err("no CUDA context on this thread and none for device %d", device);
+		*err = -ENXIO;
+		return NULL;
+	}
+	return ctx;
+}
+
+static void context_return(gdr_CUcontext borrowed)
+{
+	if (borrowed)
+		cu.ctx_set_current(NULL);
+}
+
+int gdr_cuda_ctx_sync_memops(int device)
+{
+	gdr_CUcontext ctx = NULL, borrowed;
+	unsigned int flags = 0;
+	int rc, ret = 0;
+
+	if (cu.status)
+		return -ENODEV;
+	if (!cu.ctx_set_flags || !cu.ctx_get_flags)
+		return -EOPNOTSUPP;
+	borrowed = context_borrow(device, &ret);
+	if (ret)
+		return ret;
+	rc = cu.ctx_get_current(&ctx);
+	if (rc != GDR_CUDA_SUCCESS || !ctx) {
+		context_return(borrowed);
+		return -ENXIO;
+	}
+	pthread_mutex_lock(&ctx_lock);
+	for (unsigned i = 0; i < ctx_ndone; i++)
+		if (ctx_done[i] == ctx)
+			goto out;
+	rc = cu.ctx_get_flags(&flags);
+	if (rc == GDR_CUDA_SUCCESS && !(flags & GDR_CU_CTX_SYNC_MEMOPS))
+		rc = cu.ctx_set_flags(flags | GDR_CU_CTX_SYNC_MEMOPS);
+	if (rc != GDR_CUDA_SUCCESS) {
+		gdr_err("cuCtxSetFlags(CU_CTX_SYNC_MEMOPS): %s (%d)", cu_err(rc), rc);
+		ret = -EIO;
+		goto out;
+	}
+	if (ctx_ndone < sizeof(ctx_done) / sizeof(ctx_done[0]))
+		ctx_done[ctx_ndone++] = ctx;
+	ret = 1; /* newly set */
+out:
+	pthread_mutex_unlock(&ctx_lock);
+	context_return(borrowed);
+	return ret;
+}
+
 int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 {
-	gdr_CUcontext cur = NULL, borrowed = NULL;
+	gdr_CUcontext borrowed;
 	int h = -1;
-	int rc;
+	int rc, err;
 
 	if (cu.status)
 		return -ENODEV;
 	if (!cu.dmabuf)
 		return -EOPNOTSUPP;
-	if (cu.ctx_get_current(&cur) == GDR_CUDA_SUCCESS && !cur) {
-		borrowed = primary_ctx(device);
-		if (!borrowed || cu.ctx_set_current(borrowed) != GDR_CUDA_SUCCESS) {
-			gdr_err("no CUDA context on this thread and none for device %d", device);
-			return -ENXIO;
-		}
-	}
+	borrowed = context_borrow(device, &err);
+	if (err)
+		return err;
 	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-	if (borrowed)
-		cu.ctx_set_current(NULL);
+	context_return(borrowed);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_err("cuMemGetHandleForAddressRange(%#llx, %llu): %s (%d)",
 			(unsigned long long)base, (unsigned long long)len, cu_err(rc), rc);

@@ -17,12 +17,12 @@
 #define GDR_MAX_TAGS 64
 
 /* ---- log.c ---------------------------------------------------------------------------------- */
-extern int gdr_log_level;
+extern int gdr_log_level;  /* process-wide; read and written with __atomic */
 void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define gdr_log(level, ...)                                                    \
 	do {                                                                   \
-		if ((level) <= gdr_log_level)                                  \
+		if ((level) <= __atomic_load_n(&gdr_log_level, __ATOMIC_RELAXED)) \
 			gdr_log_write((level), __func__, __LINE__, __VA_ARGS__); \
 	} while (0)
 #define gdr_err(...) gdr_log(GDR_LOG_ERROR, __VA_ARGS__)
@@ -70,9 +70,10 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info);
 int gdr_cuda_buffer_id(uint64_t addr, uint64_t *id);
 /* SYNC_MEMOPS on the allocation. 0, -EOPNOTSUPP (NOT_SUPPORTED: VMM memory), -EIO. */
 int gdr_cuda_set_sync_memops(uint64_t addr);
-/* CU_CTX_SYNC_MEMOPS on the current context, once per context. 1 (set now), 0 (set before),
- * -EOPNOTSUPP (driver without cuCtxSetFlags), -ENXIO (no current context), -EIO. */
-int gdr_cuda_ctx_sync_memops(void);
+/* CU_CTX_SYNC_MEMOPS on the current context (the device's primary context on a thread with none),
+ * once per context. 1 (set now), 0 (set before), -EOPNOTSUPP (driver without cuCtxSetFlags),
+ * -ENXIO (no context to be had), -EIO. */
+int gdr_cuda_ctx_sync_memops(int device);
 /* cuMemGetHandleForAddressRange(DMA_BUF_FD), in the device's primary context when the calling
  * thread has none. 0 and *fd, or -errno. */
 int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd);

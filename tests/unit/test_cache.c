@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <cmocka.h>
 
@@ -456,6 +457,38 @@ static void test_vmm(void **state)
 	fake_cuda_vmm_free(va, 8 * MiB);
 }
 
+static void *reg_vmm_thread(void *arg)
+{
+	struct gdr_region *r;
+	uint64_t va = *(uint64_t *)arg;
+
+	if (gdr_reg(cache, NULL, (void *)(uintptr_t)va, 4096, 0, &r) == 0)
+		gdr_dereg(r);
+	return NULL;
+}
+
+/* An MPI progress thread has no current context: the context-wide SYNC_MEMOPS for VMM memory is
+ * still set, on the device's primary context. */
+static void test_vmm_from_thread_without_context(void **state)
+{
+	uint64_t va = fake_cuda_vmm_reserve(2 * MiB);
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
+	fake_cuda_set_threads_have_context(false);
+	pthread_create(&th, NULL, reg_vmm_thread, &va);
+	pthread_join(th, NULL);
+	fake_cuda_set_threads_have_context(true);
+	assert_int_equal(stats().misses, 1);
+	/* Without a context to borrow this would count as unavailable (-ENXIO). The flag itself may
+	 * have been set by an earlier test of this process: the library sets it once per context. */
+	assert_int_equal(stats().sync_memops_unavailable, 0);
+	gdr_cache_flush(cache);
+	fake_cuda_vmm_unmap(va, 2 * MiB);
+	fake_cuda_vmm_free(va, 2 * MiB);
+}
+
 static void test_mixed_range_refused(void **state)
 {
 	uint64_t va = fake_cuda_vmm_reserve(8 * MiB);
@@ -508,6 +541,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_host_passthrough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sync_memops_once_per_allocation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_vmm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_vmm_from_thread_without_context, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mixed_range_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cuda_query_failure, setup, teardown),
 	};

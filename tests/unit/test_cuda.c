@@ -75,7 +75,7 @@ static void test_vmm_without_cuCtxSetFlags(void **state)
 	uint64_t va = fake_cuda_vmm_reserve(4 * MiB);
 
 	(void)state;
-	assert_int_equal(gdr_cuda_ctx_sync_memops(), -EOPNOTSUPP); /* hidden in main() */
+	assert_int_equal(gdr_cuda_ctx_sync_memops(0), -EOPNOTSUPP); /* hidden in main() */
 	assert_int_equal(gdr_cache_create_ops(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
 	assert_int_equal(fake_cuda_vmm_map(va + 2 * MiB, 2 * MiB), 0);
