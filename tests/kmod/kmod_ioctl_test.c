@@ -493,11 +493,6 @@ int main(void)
 	kt_sim_free(sim, idA);
 	kt_sim_free(sim, idB);
 	kt_sim_free(sim, idC);
-	stats(&s);
-	kt_check(s.outstanding_pins == 0 && s.outstanding_persistent == 0 && s.allocations == 0,
-		 "sim at the end: %llu callback pins, %llu persistent, %llu allocations",
-		 (unsigned long long)s.outstanding_pins,
-		 (unsigned long long)s.outstanding_persistent,
-		 (unsigned long long)s.allocations);
+	kt_sim_expect(sim, 0, 0, 0, "at the end");
 	return kt_done();
 }

@@ -165,6 +165,20 @@ int kt_sim_stats(int fd, struct nvp2p_sim_stats *s)
 	return kt_ioctl(fd, NVP2P_SIM_IOCTL_GET_STATS, s);
 }
 
+int kt_sim_expect(int fd, unsigned long long pins, unsigned long long persistent,
+		  unsigned long long allocations, const char *what)
+{
+	struct nvp2p_sim_stats s;
+
+	kt_sim_stats(fd, &s);
+	return kt_check(s.outstanding_pins == pins && s.outstanding_persistent == persistent &&
+			s.allocations == allocations,
+			"sim %s: %llu callback pins, %llu persistent, %llu allocations (want %llu, %llu, "
+			"%llu)", what, (unsigned long long)s.outstanding_pins,
+			(unsigned long long)s.outstanding_persistent,
+			(unsigned long long)s.allocations, pins, persistent, allocations);
+}
+
 int kt_set_param(const char *module, const char *param, const char *value)
 {
 	char path[256];

@@ -36,6 +36,9 @@ int kt_sim_alloc(int fd, void *va, size_t len, uint64_t *id);
 int kt_sim_free(int fd, uint64_t id);
 int kt_sim_fault(int fd, uint32_t type, uint64_t value);
 int kt_sim_stats(int fd, struct nvp2p_sim_stats *s);
+/* Check the provider's outstanding callback pins, persistent pins and allocations. */
+int kt_sim_expect(int fd, unsigned long long pins, unsigned long long persistent,
+		  unsigned long long allocations, const char *what);
 /* Write a module parameter of nvp2p_sim or gdrcache; 0 or -errno. */
 int kt_set_param(const char *module, const char *param, const char *value);
 
