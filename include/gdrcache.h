@@ -19,7 +19,7 @@
  *   GDRCACHE_MAX_PIN_BYTES whole allocations up to this size are pinned whole (default 256M);
  *                          larger ones are pinned in the 64 KiB-aligned requested range
  *   GDRCACHE_BACKEND       auto | kmod | dmabuf | peermem            (default auto)
- *   GDRCACHE_VALIDATE      tag                                       (default tag)
+ *   GDRCACHE_VALIDATE      auto | tag | events                       (default auto)
  *   GDRCACHE_LOG           none | error | warn | info | debug        (default warn)
  *   GDRCACHE_STATS         1: print every cache's statistics to stderr when it is destroyed or at exit
  *   GDRCACHE_KMOD_DEV      path of the kernel module's device        (default /dev/gdrcache)
@@ -56,6 +56,11 @@ enum gdr_backend {
 
 enum gdr_validate {
 	GDR_VALIDATE_TAG = 0,  /* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
+	GDR_VALIDATE_EVENTS = 1,/* no driver call on a hit: the library learns of every free from the
+				   driver's free entry points (intercepted) and from gdrcache.ko's
+				   revocation page; gdr_cache_create fails with -EOPNOTSUPP when the
+				   interception is not proven to work in this process */
+	GDR_VALIDATE_AUTO = 2, /* events where proven at start-up, else tag (logged once, in stats) */
 };
 
 enum gdr_log_level {
@@ -136,6 +141,13 @@ int gdr_dereg(struct gdr_region *region);
 /* Unpin every unreferenced entry. Returns the number of entries dropped, or -EINVAL. */
 int gdr_cache_flush(struct gdr_cache *cache);
 
+/*
+ * Deregister every MR the cache made for pd (the pins stay cached), so that the caller may
+ * ibv_dealloc_pd it. Returns 0, -EINVAL (NULL cache or pd), or -EBUSY (registrations made with pd
+ * are still held: only the unheld MRs were released).
+ */
+int gdr_cache_release_pd(struct gdr_cache *cache, struct ibv_pd *pd);
+
 /* Accessors of a held registration. Each returns 0 or -EINVAL (NULL argument). */
 int gdr_region_mr(const struct gdr_region *region, struct ibv_mr **mr);          /* NULL without pd */
 int gdr_region_keys(const struct gdr_region *region, uint32_t *lkey, uint32_t *rkey);/* -ENOENT w/o pd */
@@ -177,6 +189,10 @@ struct gdr_cache_stats {
 	uint64_t overlap_merged;  /* entries merged into a larger pin because a request spanned them */
 	uint64_t detached;        /* entries replaced (stale or merged) while still held: pinned until
 				     their last gdr_dereg, never handed out again; now */
+	uint64_t validate_mode;   /* enum gdr_validate in effect (AUTO resolved) */
+	uint64_t events;          /* free events applied (intercepted driver frees) */
+	uint64_t events_lost;     /* times events were lost (queue overrun): every entry was dropped */
+	uint64_t fast_hits;       /* hits served without the cache lock */
 };
 
 /* Copy the cache's statistics. Returns 0 or -EINVAL. */

@@ -878,6 +878,60 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 	return n;
 }
 
+/* Whether a record of e for pd is held by a registration. Under c->lock. */
+static bool entry_pd_held(const struct gdr_entry *e, const struct ibv_pd *pd)
+{
+	const struct gdr_region *r;
+
+	LL_FOREACH(e->regions, r)
+		if (r->pd == pd && __atomic_load_n(&r->refs, __ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
+/* Deregister e's MRs for pd and retire its records for pd. Under c->lock; nobody holds them. */
+static void entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+{
+	struct gdr_region *r, *rt;
+	struct gdr_mrec *m, *mt;
+
+	LL_FOREACH_SAFE(e->regions, r, rt) {
+		if (r->pd == pd) {
+			LL_DELETE(e->regions, r);
+			quarantine(c, r);
+		}
+	}
+	LL_FOREACH_SAFE(e->mrecs, m, mt) {
+		if (m->pd == pd) {
+			LL_DELETE(e->mrecs, m);
+			gdr_verbs_dereg(m->mr);
+			free(m);
+		}
+	}
+}
+
+GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
+{
+	struct gdr_entry *e;
+	bool busy = false;
+
+	if (!c || !pd) {
+		gdr_err("NULL %s", c ? "pd" : "cache");
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	DL_FOREACH(c->lru, e) {
+		if (entry_pd_held(e, pd))
+			busy = true;
+		else
+			entry_release_pd(c, e, pd);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (busy)
+		gdr_warn("pd %p still has registrations held: their MRs stay", (void *)pd);
+	return busy ? -EBUSY : 0;
+}
+
 GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 {
 	struct gdr_sync_set *s, *st;
