@@ -1,26 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cache: lookup, validation on reuse, pinning with eviction and retry, LRU lazy unpinning,
- * reference counts and limits. One mutex per cache guards the index, the LRU and the statistics.
- * A hit takes it once, to find the entry and take a reference, and validates after dropping it
- * (the driver's BUFFER_ID query is the slow part, and serialised by the driver: FACTS.md); a miss
- * holds it while it classifies and pins. gdr_dereg takes no lock in the common case (see the
- * reference counts below).
+ * The cache: lookup, validation on reuse, pinning with eviction and retry, lazy unpinning under
+ * limits, holds and statistics.
+ *
+ * Two paths. The hit path takes no lock and writes no cache line that other threads' hits write:
+ * it searches an immutable snapshot of the index, finds the registration record of the entry for
+ * (pd, access, allocation), adds one to its own thread's hold counter for the record (thread.c) and
+ * validates: in mode "events" with no driver call (the free events were applied before, and
+ * gdrcache.ko's revocation page is one load), in mode "tag" with one BUFFER_ID query. Everything
+ * else (misses, stale entries, new records, pending free events, eviction) takes the cache's mutex.
+ *
+ * Retiring an entry (eviction, staleness, merge, flush) marks it dying and waits out a grace period
+ * (thread.c) before summing its holds: a lookup either saw it alive and its hold is counted, or sees
+ * it dying and takes the locked path. A held entry that must leave the index is "detached": out of
+ * the index, pinned until it is no longer held, never handed out again. Memory a lookup may still
+ * read (snapshots, retired entries and records) is freed after a further grace period.
  *
  * Invariants, under c->lock:
- *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries; an entry
- *    replaced while a caller still holds it is "detached": out of the index, pinned until its last
- *    gdr_dereg, never handed out again;
- *  - the LRU list holds exactly the indexed entries, least recently taken first;
- *  - after every call, pinned bytes and entries exceed their limits only by referenced entries.
+ *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries;
+ *  - the LRU list holds exactly the indexed entries; hits mark them used, eviction gives used
+ *    entries a second chance (CLOCK) instead of the hit moving them (a write every hit would share);
+ *  - after every call, pinned bytes and entries exceed their limits only by held entries;
+ *  - in mode events, no entry is handed out before every free event published so far is applied.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 #include <utlist.h>
 
 #include "cuda_abi.h"
+#include "events.h"
 #include "gdrcache_int.h"
 
 /* Buffer ids that got SYNC_MEMOPS (or proved VMM), so it is set once per allocation. */
@@ -94,6 +105,35 @@ static void lock_init(pthread_mutex_t *lock)
 	pthread_mutexattr_destroy(&ma);
 }
 
+/* Resolve the validation mode: events only where the interception is proven in this process. */
+static int choose_validation(struct gdr_cache *c)
+{
+	const char *why = "no CUDA driver";
+	int mode = c->cfg.validate, rc = -ENODEV;
+
+	if (mode == GDR_VALIDATE_TAG) {
+		c->events = false;
+	} else {
+		if (c->cuda_ok)
+			rc = gdr_events_prober(&why);
+		if (!rc || (!c->cuda_ok && mode == GDR_VALIDATE_EVENTS)) {
+			c->events = true;
+			gdr_log_once(GDR_LOG_INFO, "validation by free events: hits make no driver call");
+		} else if (mode == GDR_VALIDATE_EVENTS) {
+			gdr_err("validation mode events is unavailable: %s", why);
+			return -EOPNOTSUPP;
+		} else {
+			c->events = false;
+			gdr_log_once(GDR_LOG_INFO, "free events unavailable (%s): hits are validated "
+				     "by BUFFER_ID queries", why);
+		}
+	}
+	c->validator = c->events ? &gdr_validate_events_ops : &gdr_validate_tag_ops;
+	c->st.validate_mode = c->events ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG;
+	c->ev_next = gdr_events_head();
+	return 0;
+}
+
 int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
 			 struct gdr_cache **out)
 {
@@ -115,12 +155,16 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		if (attr->field_mask & GDR_CACHE_ATTR_LOG_LEVEL)
 			__atomic_store_n(&gdr_log_level, cfg.log_level, __ATOMIC_RELAXED);
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
+	if (posix_memalign((void **)&c, 64, sizeof(*c)))
 		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
-	c->validator = gdr_validator_for(cfg.validate);
 	c->cuda_ok = gdr_cuda_load() == 0;
+	rc = choose_validation(c);
+	if (rc) {
+		free(c);
+		return rc;
+	}
 	rc = ops ? ops->open(&cfg, &c->backend, &why) : gdr_backend_select(&cfg, &c->backend);
 	if (rc) {
 		if (ops)
@@ -128,7 +172,14 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		free(c);
 		return rc;
 	}
+	c->snap = gdr_snap_build(&c->index);
+	if (!c->snap) {
+		c->backend->ops->close(c->backend);
+		free(c);
+		return -ENOMEM;
+	}
 	lock_init(&c->lock);
+	gdr_thr_cache_init(c);
 	gdr_stats_track(c);
 	*out = c;
 	return 0;
@@ -139,14 +190,13 @@ GDR_EXPORT int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_ca
 	return gdr_cache_create_ops(attr, NULL, cache);
 }
 
-/* ---- region records ------------------------------------------------------------------------- */
+/* ---- grace periods: publishing the index, freeing what lookups may still read ----------------- */
 
 static void quarantine(struct gdr_cache *c, struct gdr_region *r)
 {
 	/* A released record stays readable (magic DEAD) a while, so a late second gdr_dereg is
 	 * refused instead of touching freed memory. */
 	r->magic = GDR_REGION_DEAD;
-	__atomic_store_n(&r->refs, 0, __ATOMIC_RELAXED);
 	if (c->qlen == GDR_QUARANTINE) {
 		free(c->quarantine[c->qhead]);
 		c->quarantine[c->qhead] = r;
@@ -156,22 +206,120 @@ static void quarantine(struct gdr_cache *c, struct gdr_region *r)
 	}
 }
 
-/* A new registration record (no reference yet). */
+/* Make lookups see the index as it is now. */
+static void publish(struct gdr_cache *c)
+{
+	struct gdr_snap *s, *old;
+
+	if (!c->index.dirty)
+		return;
+	s = gdr_snap_build(&c->index);
+	if (!s)
+		return; /* lookups keep the old one, whose retired entries are not LIVE; retried later */
+	old = c->snap;
+	__atomic_store_n(&c->snap, s, __ATOMIC_RELEASE);
+	old->defer = c->old_snaps;
+	c->old_snaps = old;
+	c->index.dirty = false;
+}
+
+/* Free what was retired, once no lookup can still be reading it. */
+static void reclaim(struct gdr_cache *c)
+{
+	struct gdr_entry *e;
+	struct gdr_region *r;
+	struct gdr_snap *s;
+
+	publish(c);
+	if (c->index.dirty || (!c->deferred && !c->old_snaps && !c->deferred_regions))
+		return;
+	gdr_thr_sync(c);
+	while ((e = c->deferred)) {
+		c->deferred = e->defer;
+		while ((r = e->regions)) {
+			e->regions = r->next;
+			quarantine(c, r);
+		}
+		free(e->tags);
+		free(e);
+	}
+	while ((r = c->deferred_regions)) {
+		c->deferred_regions = r->defer;
+		quarantine(c, r);
+	}
+	while ((s = c->old_snaps)) {
+		c->old_snaps = s->defer;
+		free(s);
+	}
+}
+
+static void reap_detached(struct gdr_cache *c);
+
+/* Every locked operation ends here. */
+static void cache_unlock(struct gdr_cache *c)
+{
+	if (c->detached)
+		reap_detached(c);
+	reclaim(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- registration records ------------------------------------------------------------------- */
+
+/* A new record (not held, not linked). Cached records get a hold-counter slot. */
 static struct gdr_region *region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd,
-				     int access, uint8_t kind, uint64_t buffer_id)
+				     int access, uint8_t kind, const struct gdr_tag *t)
 {
 	struct gdr_region *r = calloc(1, sizeof(*r));
 
 	if (!r)
 		return NULL;
+	if (e && gdr_slot_alloc(c, &r->slot)) {
+		free(r);
+		return NULL;
+	}
 	r->magic = GDR_REGION_LIVE;
 	r->cache = c;
 	r->entry = e;
 	r->pd = pd;
 	r->access = access;
 	r->kind = kind;
-	r->buffer_id = buffer_id;
+	if (t) {
+		r->start = t->start;
+		r->size = t->size;
+		r->buffer_id = t->buffer_id;
+	}
 	return r;
+}
+
+static void region_link(struct gdr_entry *e, struct gdr_region *r)
+{
+	r->next = e->regions;
+	__atomic_store_n(&e->regions, r, __ATOMIC_RELEASE);
+}
+
+static void region_unlink(struct gdr_entry *e, struct gdr_region *r)
+{
+	struct gdr_region **p;
+
+	for (p = &e->regions; *p; p = &(*p)->next) {
+		if (*p == r) {
+			__atomic_store_n(p, r->next, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+static int64_t region_holds(struct gdr_cache *c, const struct gdr_region *r)
+{
+	return gdr_thr_sum(c, r->slot);
+}
+
+/* Stop lookups from taking new holds on r (or on e): after this its holds only go down. */
+static void quiesce(struct gdr_cache *c, uint32_t *state)
+{
+	__atomic_store_n(state, GDR_DYING, __ATOMIC_SEQ_CST);
+	gdr_thr_sync(c);
 }
 
 /* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
@@ -239,17 +387,15 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 	return 0;
 }
 
-/* ---- entries -------------------------------------------------------------------------------
- * Reference counts: an entry in the index holds one reference of its own, and every registration
- * handed out holds one more. References are taken only under c->lock; gdr_dereg drops its own
- * without the lock, and whoever drops the last one (necessarily of an entry already out of the
- * index) destroys the entry under the lock. So, under the lock, an indexed entry whose count is 1
- * is held by nobody and nobody can take it: it may be evicted.
- */
+/* ---- entries ------------------------------------------------------------------------------- */
 
-static uint32_t entry_refs(const struct gdr_entry *e)
+int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e)
 {
-	return __atomic_load_n(&e->refs, __ATOMIC_ACQUIRE);
+	int64_t n = 0;
+
+	for (const struct gdr_region *r = e->regions; r; r = r->next)
+		n += region_holds(c, r);
+	return n;
 }
 
 /* Whether the cache holds more than its limits; read by gdr_dereg without the lock. */
@@ -259,40 +405,57 @@ static void limits_update(struct gdr_cache *c)
 			 c->st.entries > c->cfg.max_entries, __ATOMIC_RELAXED);
 }
 
-/* Unpin and free an entry nobody holds and the index no longer lists. */
+/* Unpin an entry nobody holds or can take a hold on, out of the index; its memory is freed after
+ * the next grace period. */
 static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 {
 	struct gdr_mrec *m, *mt;
-	struct gdr_region *r, *rt;
 
-	if (e->detached)
-		c->st.detached--;
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
 		gdr_verbs_dereg(m->mr);
 		free(m);
 	}
-	LL_FOREACH_SAFE(e->regions, r, rt)
-		quarantine(c, r);
+	e->mrecs = NULL;
+	for (struct gdr_region *r = e->regions; r; r = r->next)
+		gdr_slot_free(c, r->slot);
 	c->backend->ops->unpin(c->backend, &e->pin);
 	c->st.unpins++;
 	c->st.entries--;
 	gdr_stats_pinned(c, -(int64_t)e->len);
-	free(e->tags);
-	free(e);
+	e->defer = c->deferred;
+	c->deferred = e;
 }
 
-/* Take an indexed entry out of service: unpinned now if nobody holds it, else "detached" until its
- * last holder lets go. */
+/* Take an indexed entry out of service: unpinned now if nobody holds it, else detached until its
+ * holders let go. */
 static void entry_drop(struct gdr_cache *c, struct gdr_entry *e)
 {
+	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_DYING)
+		quiesce(c, &e->state);
 	gdr_index_remove(&c->index, e);
 	DL_DELETE(c->lru, e);
-	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		entry_destroy(c, e);
-	} else {
-		e->detached = true; /* read by entry_destroy, under this lock */
+	if (gdr_entry_holds(c, e) > 0) {
+		__atomic_store_n(&e->state, GDR_DETACHED, __ATOMIC_RELEASE);
+		DL_APPEND(c->detached, e);
 		c->st.detached++;
+	} else {
+		entry_destroy(c, e);
 	}
+}
+
+/* Destroy the detached entries whose last holder has let go. */
+static void reap_detached(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *tmp;
+
+	DL_FOREACH_SAFE(c->detached, e, tmp) {
+		if (gdr_entry_holds(c, e) > 0)
+			continue;
+		DL_DELETE(c->detached, e);
+		c->st.detached--;
+		entry_destroy(c, e);
+	}
+	limits_update(c);
 }
 
 static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
@@ -305,24 +468,46 @@ static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 	entry_drop(c, e);
 }
 
-/* Evict least recently used entries nobody holds while over the limits, or until `need` bytes
- * have been freed. Returns the number evicted. */
+/* Whether e is held by nobody; if so it is left dying (lookups can no longer take it). */
+static bool entry_quiesce_unheld(struct gdr_cache *c, struct gdr_entry *e)
+{
+	if (e == c->taking || gdr_entry_holds(c, e) > 0)
+		return false;
+	quiesce(c, &e->state);
+	if (gdr_entry_holds(c, e) > 0) {
+		__atomic_store_n(&e->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+		return false;
+	}
+	return true;
+}
+
+/* Evict entries nobody holds while over the limits, or until `need` bytes have been freed: least
+ * recently listed first, entries used since the last pass moved to the tail once (CLOCK). Returns
+ * the number evicted. */
 static int evict(struct gdr_cache *c, uint64_t need)
 {
-	struct gdr_entry *e, *tmp;
-	uint64_t freed = 0;
+	uint64_t freed = 0, budget = 2 * c->st.entries + 1;
+	struct gdr_entry *e = c->lru, *next;
 	int n = 0;
 
-	DL_FOREACH_SAFE(c->lru, e, tmp) {
+	while (e && budget--) {
 		if (c->st.pinned_bytes <= c->cfg.max_bytes && c->st.entries <= c->cfg.max_entries &&
 		    freed >= need)
 			break;
-		if (entry_refs(e) > 1)
-			continue;
-		freed += e->len;
-		c->st.evictions++;
-		entry_drop(c, e);
-		n++;
+		next = e->next ? e->next : c->lru; /* round and round, within the budget */
+		if (__atomic_load_n(&e->used, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&e->used, 0, __ATOMIC_RELAXED);
+			DL_DELETE(c->lru, e);
+			DL_APPEND(c->lru, e);
+		} else if (entry_quiesce_unheld(c, e)) {
+			freed += e->len;
+			c->st.evictions++;
+			entry_drop(c, e);
+			n++;
+			if (next == e)
+				next = c->lru;
+		}
+		e = next;
 	}
 	limits_update(c);
 	return n;
@@ -334,7 +519,7 @@ static bool entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
 	return c->backend->ops->revoked(c->backend, &e->pin);
 }
 
-/* Validate the tags of e that overlap [a, a+len), or all of them (all = true).
+/* Validate the tags of e that overlap [a, a+len), or all of them (all = true). Under the lock.
  * 0: valid and covering [a, a+len); 1: valid but with a gap; -ESTALE: some tag is stale. */
 static int entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all)
 {
@@ -351,34 +536,14 @@ static int entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uin
 
 		if (!overlaps && !all)
 			continue;
-		c->st.tag_checks++;
+		if (!c->events)
+			c->st.tag_checks++;
 		if (c->validator->check(c, t))
 			return -ESTALE;
 		if (overlaps && t->start <= covered && tend > covered)
 			covered = tend;
 	}
 	return covered >= end ? 0 : 1;
-}
-
-/* Copy the tags of e that overlap [a, a+len) for validation outside the lock. Returns whether
- * they cover the whole range. */
-static bool entry_cover(const struct gdr_entry *e, uint64_t a, uint64_t len, struct gdr_tag *out,
-			uint32_t *n)
-{
-	uint64_t covered = a, end = a + len;
-
-	*n = 0;
-	for (uint32_t i = 0; i < e->ntags && *n < GDR_MAX_TAGS; i++) {
-		const struct gdr_tag *t = &e->tags[i];
-		uint64_t tend = t->start + t->size;
-
-		if (t->start >= end || tend <= a)
-			continue;
-		out[(*n)++] = *t;
-		if (t->start <= covered && tend > covered)
-			covered = tend;
-	}
-	return covered >= end;
 }
 
 static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
@@ -417,25 +582,26 @@ static int entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t
 	return 0;
 }
 
-/* Hand out a reference on e for (pd, access), making its MR if needed. */
-static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
-		      uint64_t a, struct gdr_region **out)
+/* Hand out a hold on e for (pd, access), on this thread, making its record and MR if needed. */
+static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
+		      struct ibv_pd *pd, int access, uint64_t a, struct gdr_region **out)
 {
-	const struct gdr_tag *t = entry_tag_at(e, a);
-	uint64_t id = t ? t->buffer_id : 0;
+	const struct gdr_tag *tag = entry_tag_at(e, a);
+	uint64_t id = tag ? tag->buffer_id : 0;
 	struct gdr_region *r;
 	struct gdr_mrec *m = NULL;
-	int rc;
+	int32_t *ctr;
+	int rc = 0;
 
 	if (!pd)
 		access = 0;
-	LL_FOREACH(e->regions, r)
+	for (r = e->regions; r; r = r->next)
 		if (r->pd == pd && r->access == access && r->buffer_id == id)
 			break;
-	/* Hold e first: making the MR may evict, and must not evict e. Most recently used now. */
-	__atomic_fetch_add(&e->refs, 1, __ATOMIC_ACQ_REL);
+	__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
 	DL_DELETE(c->lru, e);
 	DL_APPEND(c->lru, e);
+	c->taking = e; /* making the MR may evict, and must not evict e */
 	if (!r) {
 		if (pd) {
 			LL_FOREACH(e->mrecs, m)
@@ -446,7 +612,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 			m = calloc(1, sizeof(*m));
 			if (!m) {
 				rc = -ENOMEM;
-				goto err_put;
+				goto out;
 			}
 			for (;;) {
 				rc = c->backend->ops->reg_mr(c->backend, &e->pin, pd, access, &m->mr);
@@ -459,26 +625,29 @@ static int entry_take(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *p
 				gdr_err("NIC registration of [%#llx, +%llu) failed: %d",
 					(unsigned long long)e->base, (unsigned long long)e->len, rc);
 				free(m);
-				goto err_put;
+				goto out;
 			}
 			m->pd = pd;
 			m->access = access;
 			LL_PREPEND(e->mrecs, m);
 		}
-		r = region_new(c, e, pd, access, t ? t->kind : GDR_MEM_DEVICE, id);
+		r = region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag);
 		if (!r) {
 			rc = -ENOMEM;
-			goto err_put;
+			goto out;
 		}
 		r->mr = m ? m->mr : NULL;
-		LL_PREPEND(e->regions, r);
+		region_link(e, r);
 	}
-	__atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
+	ctr = gdr_thr_counter(t, r->slot, true);
+	if (!ctr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 	*out = r;
-	return 0;
-
-err_put:
-	__atomic_fetch_sub(&e->refs, 1, __ATOMIC_ACQ_REL); /* the index still holds it */
+out:
+	c->taking = NULL;
 	return rc;
 }
 
@@ -618,7 +787,6 @@ static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const str
 		c->backend->ops->unpin(c->backend, &e->pin);
 		goto err_free;
 	}
-	__atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED); /* the index's own reference */
 	DL_APPEND(c->lru, e);
 	c->st.entries++;
 	gdr_stats_pinned(c, (int64_t)e->len);
@@ -643,7 +811,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
 		return c->cuda_ok ? -EINVAL : -ENODEV;
 	}
-	r = region_new(c, NULL, pd, access, GDR_MEM_HOST, 0);
+	r = region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL);
 	if (!r)
 		return -ENOMEM;
 	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
@@ -659,33 +827,92 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 	return 0;
 }
 
-/* Returned by reg_locked: a reference is taken on a cached entry whose tags (copied to check[])
- * the caller must validate after dropping the lock. */
-#define GDR_VALIDATE_UNLOCKED 1
+/* ---- free events (mode events) ------------------------------------------------------------------ */
 
-static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
-		      struct gdr_region **out, struct gdr_tag *check, uint32_t *ncheck)
+/* Drop every indexed entry sharing a byte with [lo, hi). */
+static void drop_range(struct gdr_cache *c, uint64_t lo, uint64_t hi)
+{
+	size_t i = gdr_index_lower(&c->index, lo);
+
+	while (i < c->index.n && c->index.v[i]->base < hi) {
+		entry_stale(c, c->index.v[i]);
+		i = gdr_index_lower(&c->index, lo);
+	}
+}
+
+/* Drop every entry serving the allocation that starts at `start` (a free that names only its base
+ * address: cuMemFree, cuMemFreeAsync). An entry may serve part of an allocation that begins before
+ * the entry does, so every entry is looked at; frees are rare next to hits. */
+static void drop_allocation(struct gdr_cache *c, uint64_t start)
+{
+	size_t i = 0;
+
+	while (i < c->index.n) {
+		struct gdr_entry *e = c->index.v[i];
+		bool hit = e->base <= start && start < e->base + e->len;
+
+		for (uint32_t k = 0; !hit && k < e->ntags; k++)
+			hit = e->tags[k].start == start;
+		if (hit)
+			entry_stale(c, e); /* leaves the index: the next one is at i now */
+		else
+			i++;
+	}
+}
+
+/* Apply every free event published so far. Under the lock. */
+static void events_drain(struct gdr_cache *c)
+{
+	uint64_t n = c->ev_next, head = gdr_events_head();
+
+	while (n < head) {
+		struct gdr_event ev;
+		int rc = gdr_events_get(n, &ev);
+
+		if (rc == -EAGAIN) {
+			sched_yield(); /* its producer is between reserving and writing the slot */
+			continue;
+		}
+		if (rc) {
+			c->st.events_lost++;
+			gdr_warn("more than %u free events since this cache last looked: every entry "
+				 "is dropped", GDR_EVENTS_RING);
+			drop_range(c, 0, UINT64_MAX);
+			n = head = gdr_events_head();
+			break;
+		}
+		c->st.events++;
+		if (ev.len == GDR_EVENT_ALL_LEN)
+			drop_range(c, 0, UINT64_MAX);
+		else if (ev.len)
+			drop_range(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
+				   ev.start + ev.len);
+		else
+			drop_allocation(c, ev.start);
+		n++;
+	}
+	__atomic_store_n(&c->ev_next, n, __ATOMIC_RELEASE);
+}
+
+/* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
+
+/* The locked path: misses, stale entries, new records, pending events. */
+static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		      uint64_t len, int access, struct gdr_region **out)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
-	struct gdr_entry *e = gdr_index_find(&c->index, a);
+	struct gdr_entry *e;
 	uint32_t ntags = 0;
 	int rc;
 
-	if (e && a + len <= e->base + e->len && check && entry_cover(e, a, len, check, ncheck)) {
-		/* The common hit: the driver is asked outside the lock (it serialises the query
-		 * anyway: FACTS.md), holding a reference so that e cannot go away meanwhile. */
-		rc = entry_take(c, e, pd, access, a, out);
-		if (rc)
-			return rc;
-		c->st.hits++;
-		c->st.tag_checks += *ncheck;
-		return GDR_VALIDATE_UNLOCKED;
-	}
+	if (c->events)
+		events_drain(c);
+	e = gdr_index_find(&c->index, a);
 	if (e && a + len <= e->base + e->len) {
 		rc = entry_check(c, e, a, len, false);
 		if (rc == 0) {
 			c->st.hits++;
-			return entry_take(c, e, pd, access, a, out);
+			return entry_take(c, t, e, pd, access, a, out);
 		}
 		if (rc < 0) {
 			entry_stale(c, e);
@@ -724,7 +951,7 @@ static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64
 			if (rc)
 				return rc;
 			c->st.hits++;
-			return entry_take(c, e, pd, access, a, out);
+			return entry_take(c, t, e, pd, access, a, out);
 		}
 	}
 
@@ -733,36 +960,75 @@ static int reg_locked(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64
 	if (rc)
 		return rc;
 	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
-	return entry_take(c, e, pd, access, a, out);
+	return entry_take(c, t, e, pd, access, a, out);
 }
 
-/* Release a host registration (passed through, not cached); under c->lock. */
-static void host_put(struct gdr_cache *c, struct gdr_region *r)
-{
-	gdr_verbs_dereg(r->mr);
-	c->nhost--;
-	quarantine(c, r);
-}
+/* What the hit path found wrong with a held entry: the locked path retires it. */
+struct stale_hit {
+	struct gdr_entry *e;
+	int32_t *ctr;          /* the hold to give back once e is retired */
+	bool revoked;
+};
 
-/* Drop one reference of a cached registration, without c->lock. Returns whether it was the entry's
- * last reference: the entry is then detached and the caller must destroy it under the lock. After
- * the drop nothing of r or its entry may be touched otherwise: another thread may evict it. */
-static bool region_put(struct gdr_region *r)
+/* The hit path: no lock, no shared write. 0 and *out; 1: take the locked path; 2: the same, but
+ * the entry in *st failed validation (still held). */
+static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		    uint64_t len, int access, struct gdr_region **out, struct stale_hit *st)
 {
-	struct gdr_entry *e = r->entry;
+	struct gdr_entry *e = NULL;
+	struct gdr_region *r = NULL;
+	int32_t *ctr = NULL;
+	struct gdr_snap *s;
 
-	__atomic_fetch_sub(&r->refs, 1, __ATOMIC_RELAXED);
-	return __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0;
+	if (!pd)
+		access = 0;
+	if (c->events && gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
+		return 1; /* a free to apply first */
+	gdr_thr_enter(t);
+	s = __atomic_load_n(&c->snap, __ATOMIC_ACQUIRE);
+	e = gdr_snap_find(s, a);
+	if (e && a + len <= e->base + e->len &&
+	    __atomic_load_n(&e->state, __ATOMIC_SEQ_CST) == GDR_LIVE) {
+		for (r = __atomic_load_n(&e->regions, __ATOMIC_ACQUIRE); r;
+		     r = __atomic_load_n(&r->next, __ATOMIC_ACQUIRE)) {
+			if (r->pd == pd && r->access == access && r->start <= a &&
+			    a + len <= r->start + r->size &&
+			    __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == GDR_LIVE)
+				break;
+		}
+		if (r)
+			ctr = gdr_thr_counter(t, r->slot, false);
+		if (ctr)
+			__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1,
+					 __ATOMIC_RELAXED);
+	}
+	gdr_thr_leave(t);
+	if (!ctr)
+		return 1;
+	/* Held: e stays pinned and indexed or detached; now prove the memory is still the same. */
+	*st = (struct stale_hit){ .e = e, .ctr = ctr, .revoked = entry_revoked(c, e) };
+	if (st->revoked)
+		return 2;
+	if (!c->events) {
+		struct gdr_tag tag = { .start = r->start, .size = r->size, .buffer_id = r->buffer_id };
+
+		__atomic_store_n(&t->tag_checks, t->tag_checks + 1, __ATOMIC_RELAXED);
+		if (c->validator->check(c, &tag))
+			return 2;
+	}
+	if (!__atomic_load_n(&e->used, __ATOMIC_RELAXED))
+		__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->fast_hits, t->fast_hits + 1, __ATOMIC_RELAXED);
+	*out = r;
+	return 0;
 }
 
 GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
 		       struct gdr_region **region)
 {
-	struct gdr_tag check[GDR_MAX_TAGS];
 	uint64_t a = (uintptr_t)addr;
-	struct gdr_entry *e;
-	uint32_t ncheck = 0;
-	bool revoked;
+	struct stale_hit st;
+	struct gdr_thr *t;
 	int rc;
 
 	if (!c || !region) {
@@ -777,46 +1043,51 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
 		return -EINVAL;
 	}
-	pthread_mutex_lock(&c->lock);
-	rc = reg_locked(c, pd, a, len, access, region, check, &ncheck);
+	t = gdr_thr_get(c);
+	if (!t)
+		return -ENOMEM;
+	rc = reg_fast(c, t, pd, a, len, access, region, &st);
 	if (!rc)
-		evict(c, 0);
-	pthread_mutex_unlock(&c->lock);
-	if (rc != GDR_VALIDATE_UNLOCKED)
-		return rc;
-
-	revoked = entry_revoked(c, (*region)->entry);
-	if (!revoked) {
-		uint32_t i = 0;
-
-		while (i < ncheck && !c->validator->check(c, &check[i]))
-			i++;
-		if (i == ncheck)
-			return 0;
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	if (rc == 2) {
+		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
+		c->st.revoked += st.revoked;
+		if (__atomic_load_n(&st.e->state, __ATOMIC_RELAXED) == GDR_LIVE)
+			entry_stale(c, st.e);
+		__atomic_store_n(st.ctr, __atomic_load_n(st.ctr, __ATOMIC_RELAXED) - 1,
+				 __ATOMIC_RELAXED);
 	}
-	/* Stale after all: give the reference back, retire the entry, and take the locked path,
-	 * which validates (and pins afresh) under the lock. */
-	pthread_mutex_lock(&c->lock);
-	c->st.hits--;
-	c->st.revoked += revoked;
-	e = (*region)->entry;
-	if (e->in_index)
-		entry_stale(c, e); /* detached: our reference keeps it */
-	if (region_put(*region))
-		entry_destroy(c, e);
-	*region = NULL;
-	rc = reg_locked(c, pd, a, len, access, region, NULL, NULL);
+	rc = reg_locked(c, t, pd, a, len, access, region);
 	if (!rc)
 		evict(c, 0);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return rc;
+}
+
+/* Release a host registration (passed through, not cached). */
+static int host_put(struct gdr_cache *c, struct gdr_region *r)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
+		c->st.fail_input++;
+		pthread_mutex_unlock(&c->lock);
+		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
+		return -EINVAL;
+	}
+	gdr_verbs_dereg(r->mr);
+	c->nhost--;
+	quarantine(c, r);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 {
 	struct gdr_cache *c;
-	struct gdr_entry *e;
-	uint32_t n;
+	struct gdr_thr *t;
+	int32_t *ctr, v;
+	uint32_t state;
 
 	if (!r) {
 		gdr_err("NULL region");
@@ -827,34 +1098,33 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		return -EINVAL;
 	}
 	c = r->cache;
-	e = r->entry;
-	if (!e) {
+	if (!r->entry)
+		return host_put(c, r);
+	t = gdr_thr_get(c);
+	ctr = t ? gdr_thr_counter(t, r->slot, true) : NULL;
+	if (!ctr)
+		return -ENOMEM;
+	/* Read while still held: once released, the entry may be retired by another thread. */
+	state = __atomic_load_n(&r->entry->state, __ATOMIC_ACQUIRE);
+	v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
+	__atomic_store_n(ctr, v - 1, __ATOMIC_RELAXED);
+	if (v <= 0) {
+		/* This thread gives back more than it took: another thread's hold, or a double
+		 * dereg. Only the sum over threads can tell. */
 		pthread_mutex_lock(&c->lock);
-		host_put(c, r);
-		pthread_mutex_unlock(&c->lock);
-		return 0;
-	}
-	/* The common release takes no lock: one reference less on the record and the entry. */
-	n = __atomic_load_n(&r->refs, __ATOMIC_RELAXED);
-	do {
-		if (!n) {
-			pthread_mutex_lock(&c->lock);
+		if (region_holds(c, r) < 0) {
+			__atomic_store_n(ctr, v, __ATOMIC_RELAXED);
 			c->st.fail_input++;
 			pthread_mutex_unlock(&c->lock);
 			gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
 			return -EINVAL;
 		}
-	} while (!__atomic_compare_exchange_n(&r->refs, &n, n - 1, true, __ATOMIC_RELAXED,
-					      __ATOMIC_RELAXED));
-	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		pthread_mutex_lock(&c->lock);
-		entry_destroy(c, e); /* detached, and its last holder is gone */
-		limits_update(c);
 		pthread_mutex_unlock(&c->lock);
-	} else if (__atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
+	}
+	if (state != GDR_LIVE || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
 		pthread_mutex_lock(&c->lock);
-		evict(c, 0); /* what this release made evictable */
-		pthread_mutex_unlock(&c->lock);
+		evict(c, 0); /* what this release made evictable; detached entries are reaped */
+		cache_unlock(c);
 	}
 	return 0;
 }
@@ -867,38 +1137,51 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 	if (!c)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
+	if (c->events)
+		events_drain(c);
 	DL_FOREACH_SAFE(c->lru, e, tmp) {
-		if (entry_refs(e) == 1) {
+		if (entry_quiesce_unheld(c, e)) {
 			entry_drop(c, e);
 			n++;
 		}
 	}
 	limits_update(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock(c);
 	return n;
 }
 
-/* Whether a record of e for pd is held by a registration. Under c->lock. */
-static bool entry_pd_held(const struct gdr_entry *e, const struct ibv_pd *pd)
-{
-	const struct gdr_region *r;
-
-	LL_FOREACH(e->regions, r)
-		if (r->pd == pd && __atomic_load_n(&r->refs, __ATOMIC_RELAXED))
-			return true;
-	return false;
-}
-
-/* Deregister e's MRs for pd and retire its records for pd. Under c->lock; nobody holds them. */
-static void entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+/* Retire e's records and MRs for pd, unless one of those records is held. Under the lock. */
+static bool entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
 {
 	struct gdr_region *r, *rt;
 	struct gdr_mrec *m, *mt;
+	bool any = false;
 
-	LL_FOREACH_SAFE(e->regions, r, rt) {
+	for (r = e->regions; r; r = r->next) {
 		if (r->pd == pd) {
-			LL_DELETE(e->regions, r);
-			quarantine(c, r);
+			if (region_holds(c, r) > 0)
+				return false;
+			__atomic_store_n(&r->state, GDR_DYING, __ATOMIC_SEQ_CST);
+			any = true;
+		}
+	}
+	if (any)
+		gdr_thr_sync(c);
+	for (r = e->regions; r; r = r->next) {
+		if (r->pd == pd && region_holds(c, r) > 0) {
+			for (r = e->regions; r; r = r->next)
+				if (r->pd == pd)
+					__atomic_store_n(&r->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+			return false;
+		}
+	}
+	for (r = e->regions; r; r = rt) {
+		rt = r->next;
+		if (r->pd == pd) {
+			region_unlink(e, r);
+			gdr_slot_free(c, r->slot);
+			r->defer = c->deferred_regions;
+			c->deferred_regions = r;
 		}
 	}
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
@@ -908,6 +1191,7 @@ static void entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const str
 			free(m);
 		}
 	}
+	return true;
 }
 
 GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
@@ -920,13 +1204,11 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
-	DL_FOREACH(c->lru, e) {
-		if (entry_pd_held(e, pd))
-			busy = true;
-		else
-			entry_release_pd(c, e, pd);
-	}
-	pthread_mutex_unlock(&c->lock);
+	DL_FOREACH(c->lru, e)
+		busy |= !entry_release_pd(c, e, pd);
+	DL_FOREACH(c->detached, e)
+		busy |= !entry_release_pd(c, e, pd);
+	cache_unlock(c);
 	if (busy)
 		gdr_warn("pd %p still has registrations held: their MRs stay", (void *)pd);
 	return busy ? -EBUSY : 0;
@@ -935,22 +1217,28 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 {
 	struct gdr_sync_set *s, *st;
-	uint64_t held = 0;
+	struct gdr_entry *e;
+	int64_t held = 0;
 
 	if (!c) {
 		gdr_err("NULL cache");
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
+	reap_detached(c);
 	for (size_t i = 0; i < c->index.n; i++)
-		held += entry_refs(c->index.v[i]) - 1;
-	if (held || c->nhost || c->st.detached) {
-		pthread_mutex_unlock(&c->lock);
+		held += gdr_entry_holds(c, c->index.v[i]);
+	if (held > 0 || c->nhost || c->detached) {
+		cache_unlock(c);
 		gdr_err("cache %p still has registrations held: release them first", (void *)c);
 		return -EBUSY;
 	}
-	while (c->index.n)
-		entry_drop(c, c->index.v[0]);
+	while (c->index.n) {
+		e = c->index.v[0];
+		quiesce(c, &e->state);
+		entry_drop(c, e);
+	}
+	reclaim(c);
 	pthread_mutex_unlock(&c->lock);
 
 	gdr_stats_untrack(c);
@@ -961,6 +1249,9 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	}
 	for (unsigned i = 0; i < c->qlen; i++)
 		free(c->quarantine[(c->qhead + i) % GDR_QUARANTINE]);
+	gdr_thr_cache_fini(c);
+	free(c->snap);
+	free(c->slot_free);
 	gdr_index_free(&c->index);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -972,7 +1263,7 @@ GDR_EXPORT int gdr_cache_get_stats(struct gdr_cache *c, struct gdr_cache_stats *
 	if (!c || !stats)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	*stats = c->st;
+	gdr_stats_collect(c, stats);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }

@@ -59,7 +59,7 @@ static int parse_name(const char *s, const char *const *names, int n, int *out)
 }
 
 static const char *const backend_names[] = { "auto", "kmod", "dmabuf", "peermem" };
-static const char *const validate_names[] = { "tag" };
+static const char *const validate_names[] = { "tag", "events", "auto" };
 static const char *const log_names[] = { "none", "error", "warn", "info", "debug" };
 
 static int parse_backend(const char *s, void *out)
@@ -69,7 +69,7 @@ static int parse_backend(const char *s, void *out)
 
 static int parse_validate(const char *s, void *out)
 {
-	return parse_name(s, validate_names, 1, out);
+	return parse_name(s, validate_names, 3, out);
 }
 
 static int parse_log(const char *s, void *out)
@@ -109,7 +109,7 @@ static struct gdr_config config = {
 	.max_entries = 4096,
 	.max_pin_bytes = 256ULL << 20,
 	.backend = GDR_BACKEND_AUTO,
-	.validate = GDR_VALIDATE_TAG,
+	.validate = GDR_VALIDATE_AUTO,
 	.log_level = GDR_LOG_WARN,
 	.stats = false,
 	.kmod_dev = "/dev/" GDRCACHE_DEVICE_NAME,
@@ -128,7 +128,7 @@ static const struct {
 	{ "GDRCACHE_MAX_ENTRIES", parse_nonzero_size, &config.max_entries, "a count > 0" },
 	{ "GDRCACHE_MAX_PIN_BYTES", parse_nonzero_size, &config.max_pin_bytes, "a size > 0" },
 	{ "GDRCACHE_BACKEND", parse_backend, &config.backend, "auto|kmod|dmabuf|peermem" },
-	{ "GDRCACHE_VALIDATE", parse_validate, &config.validate, "tag" },
+	{ "GDRCACHE_VALIDATE", parse_validate, &config.validate, "auto" },
 	{ "GDRCACHE_STATS", parse_bool, &config.stats, "0|1" },
 	{ "GDRCACHE_KMOD_DEV", parse_path, config.kmod_dev, "a path" },
 	{ "GDRCACHE_LIBCUDA", parse_path, config.libcuda, "a file name" },

@@ -33,5 +33,7 @@ int gdr_events_get(uint64_t seq, struct gdr_event *ev);
  * freed through each path a program may use to reach the driver. 0, or -errno with *why (static
  * text). Needs gdr_cuda_load() to have succeeded. Cached after the first call. */
 int gdr_events_probe(const char **why);
+/* What gdr_cache_create asks (gdr_events_probe); tests that simulate the interception replace it. */
+extern int (*gdr_events_prober)(const char **why);
 
 #endif /* GDRCACHE_EVENTS_H */

@@ -175,23 +175,34 @@ struct gdr_validator_ops {
 	int (*check)(struct gdr_cache *c, const struct gdr_tag *tag);
 };
 extern const struct gdr_validator_ops gdr_validate_tag_ops;
+extern const struct gdr_validator_ops gdr_validate_events_ops;
 const struct gdr_validator_ops *gdr_validator_for(int mode);
 
 /* ---- cache.c ----------------------------------------------------------------------------------- */
 struct gdr_entry;
 #define GDR_REGION_LIVE 0x6764726c69766521ULL
 #define GDR_REGION_DEAD 0x6764726465616421ULL
+/* State of an entry or a record, read by the lock-free hit path (__atomic). */
+enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
+
+/* A registration record: what gdr_reg hands out, shared by every registration of one allocation
+ * of an entry for one (pd, access). Immutable once published, except state. Held through the
+ * per-thread counters at `slot` (thread.c). */
 struct gdr_region {
 	uint64_t magic;            /* GDR_REGION_LIVE while the record exists */
 	struct gdr_cache *cache;
 	struct gdr_entry *entry;   /* NULL: host memory passed through */
 	struct ibv_pd *pd;
 	int access;
-	uint32_t refs;             /* taken under the cache lock, dropped without it: __atomic */
+	uint32_t slot;             /* hold counters (cached records) */
+	uint32_t state;            /* GDR_LIVE, or GDR_DYING while being retired */
+	uint32_t refs;             /* host records only: 1 while held */
 	struct ibv_mr *mr;
-	uint64_t buffer_id;        /* of the allocation the record was first made for */
+	uint64_t start, size;      /* the allocation it serves (requests inside it hit lock-free) */
+	uint64_t buffer_id;        /* of that allocation */
 	uint8_t kind;
-	struct gdr_region *next;   /* in the entry's list */
+	struct gdr_region *next;   /* in the entry's list (published with release: lookups walk it) */
+	struct gdr_region *defer;  /* retired, freed after the next grace period */
 };
 
 /* One NIC memory region of an entry, per (pd, access), shared by its region records. */
@@ -204,21 +215,32 @@ struct gdr_mrec {
 
 struct gdr_entry {
 	uint64_t base, len;        /* == pin.base/len */
-	uint32_t refs;             /* 1 for the index + 1 per held registration (__atomic: cache.c) */
-	bool in_index;
-	bool detached;             /* left the index while held: destroyed by its last gdr_dereg */
+	uint32_t state;            /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
+	uint32_t used;             /* taken since the evictor last looked (CLOCK second chance) */
 	uint32_t ntags, tags_cap;
-	struct gdr_tag *tags;      /* sorted by start, non-overlapping */
+	struct gdr_tag *tags;      /* sorted by start, non-overlapping (under the lock only) */
 	struct gdr_pin pin;
 	struct gdr_region *regions;
 	struct gdr_mrec *mrecs;
-	struct gdr_entry *prev, *next; /* LRU: every indexed entry, least recently taken first */
+	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
+	struct gdr_entry *defer;   /* retired, freed after the next grace period */
 };
 
-/* index.c: the non-overlapping cached entries, sorted by base. */
+/* index.c: the non-overlapping cached entries, sorted by base (under the lock), and the read-only
+ * snapshot of it that lock-free lookups search. */
 struct gdr_index {
 	struct gdr_entry **v;
 	size_t n, cap;
+	bool dirty;                /* changed since the snapshot was published */
+};
+struct gdr_snap_item {
+	uint64_t base, end;
+	struct gdr_entry *e;
+};
+struct gdr_snap {
+	size_t n;
+	struct gdr_snap *defer;    /* retired, freed after the next grace period */
+	struct gdr_snap_item v[];
 };
 /* The entry whose range holds addr, or NULL. */
 struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
@@ -227,19 +249,78 @@ size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr);
 int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e);
 void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e);
 void gdr_index_free(struct gdr_index *ix);
+/* A snapshot of the index now. NULL on allocation failure. */
+struct gdr_snap *gdr_snap_build(const struct gdr_index *ix);
+/* The entry of the snapshot holding addr, or NULL. Lock-free. */
+static inline struct gdr_entry *gdr_snap_find(const struct gdr_snap *s, uint64_t addr)
+{
+	size_t lo = 0, hi = s->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->v[mid].end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->n && s->v[lo].base <= addr ? s->v[lo].e : NULL;
+}
+
+/* thread.c: per-thread hold counters and read-side epochs (see there). */
+#define GDR_SLOT_CHUNK 1024u
+#define GDR_SLOT_CHUNKS 1024u
+struct gdr_thr {
+	uint64_t epoch;            /* odd while looking up without the lock; written by its thread */
+	uint64_t fast_hits, tag_checks; /* counted by its thread */
+	int dead;                  /* its thread exited: the next new thread takes the record over */
+	struct gdr_thr *next;
+	int32_t *chunk[GDR_SLOT_CHUNKS];
+} __attribute__((aligned(64)));
+struct gdr_thr *gdr_thr_get(struct gdr_cache *c);   /* NULL: out of memory */
+int32_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot, bool alloc);
+int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
+void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
+void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
+void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_checks);
+void gdr_thr_cache_init(struct gdr_cache *c);
+void gdr_thr_cache_fini(struct gdr_cache *c);
+int gdr_slot_alloc(struct gdr_cache *c, uint32_t *slot);  /* under c->lock */
+void gdr_slot_free(struct gdr_cache *c, uint32_t slot);   /* under c->lock */
+static inline void gdr_thr_enter(struct gdr_thr *t)
+{
+	__atomic_add_fetch(&t->epoch, 1, __ATOMIC_SEQ_CST);
+}
+static inline void gdr_thr_leave(struct gdr_thr *t)
+{
+	__atomic_store_n(&t->epoch, t->epoch + 1, __ATOMIC_RELEASE);
+}
 
 struct gdr_sync_set;  /* buffer ids given SYNC_MEMOPS (uthash) */
 
 #define GDR_QUARANTINE 256
 struct gdr_cache {
-	pthread_mutex_t lock;
+	/* Read by every hit: written only by writers, rarely. */
+	struct gdr_snap *snap __attribute__((aligned(64)));  /* published with release */
+	uint64_t ev_next;                /* next free event to apply (events mode) */
+	bool events;                     /* validation by events: no driver call on a hit */
+	int over_limit;                  /* limits exceeded (by held entries): __atomic */
+	uint64_t id;                     /* unique in the process (thread.c) */
+	struct gdr_thr *threads;         /* pushed lock-free, freed at destroy */
+	const struct gdr_validator_ops *validator;
+	struct gdr_be *backend;
+
+	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
 	bool cuda_ok;
-	struct gdr_be *backend;
-	const struct gdr_validator_ops *validator;
 	struct gdr_index index;
 	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
-	int over_limit;                  /* limits exceeded (by held entries): __atomic */
+	struct gdr_entry *detached;      /* utlist DL: held entries out of the index */
+	struct gdr_entry *deferred;      /* retired entries waiting for a grace period */
+	struct gdr_snap *old_snaps;      /* retired snapshots waiting for a grace period */
+	struct gdr_region *deferred_regions; /* records retired from live entries, likewise */
+	struct gdr_entry *taking;        /* being handed out under the lock: not to be evicted */
+	uint32_t *slot_free, slot_nfree, slot_cap, slot_next;
 	struct gdr_sync_set *synced;
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
@@ -247,14 +328,20 @@ struct gdr_cache {
 	struct gdr_region *quarantine[GDR_QUARANTINE]; /* released records kept before free() */
 	unsigned qhead, qlen;
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
+	struct gdr_cache *next_alive;    /* every live cache (thread.c) */
 };
+
+/* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
+int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);
 
 /* Create with an explicit backend (NULL ops: the configured one); what unit tests use. */
 int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
 			 struct gdr_cache **cache);
 
 /* stats.c */
-void gdr_stats_print(const struct gdr_cache *c, const char *why);
+void gdr_stats_print(struct gdr_cache *c, const char *why);
+/* The statistics, per-thread counters summed. Under c->lock. */
+void gdr_stats_collect(struct gdr_cache *c, struct gdr_cache_stats *s);
 void gdr_stats_track(struct gdr_cache *c);
 void gdr_stats_untrack(struct gdr_cache *c);
 void gdr_stats_pinned(struct gdr_cache *c, int64_t delta);

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The lookup structure: cached entries, never overlapping, in an array sorted by base address. */
+/* The lookup structure: cached entries, never overlapping, in an array sorted by base address,
+ * changed under the cache lock; and its snapshots, immutable copies that the lock-free hit path
+ * searches (published by cache.c, freed after a grace period: thread.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +51,7 @@ int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
 	memmove(&ix->v[i + 1], &ix->v[i], (ix->n - i) * sizeof(ix->v[0]));
 	ix->v[i] = e;
 	ix->n++;
-	e->in_index = true;
+	ix->dirty = true;
 	return 0;
 }
 
@@ -60,12 +62,28 @@ void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e)
 	if (i < ix->n && ix->v[i] == e) {
 		memmove(&ix->v[i], &ix->v[i + 1], (ix->n - i - 1) * sizeof(ix->v[0]));
 		ix->n--;
+		ix->dirty = true;
 	}
-	e->in_index = false;
 }
 
 void gdr_index_free(struct gdr_index *ix)
 {
 	free(ix->v);
 	memset(ix, 0, sizeof(*ix));
+}
+
+struct gdr_snap *gdr_snap_build(const struct gdr_index *ix)
+{
+	struct gdr_snap *s = malloc(sizeof(*s) + ix->n * sizeof(s->v[0]));
+
+	if (!s)
+		return NULL;
+	s->n = ix->n;
+	s->defer = NULL;
+	for (size_t i = 0; i < ix->n; i++) {
+		s->v[i].base = ix->v[i]->base;
+		s->v[i].end = ix->v[i]->base + ix->v[i]->len;
+		s->v[i].e = ix->v[i];
+	}
+	return s;
 }

@@ -18,9 +18,24 @@ void gdr_stats_pinned(struct gdr_cache *c, int64_t delta)
 		c->st.pinned_bytes_peak = c->st.pinned_bytes;
 }
 
-void gdr_stats_print(const struct gdr_cache *c, const char *why)
+void gdr_stats_collect(struct gdr_cache *c, struct gdr_cache_stats *s)
 {
-	const struct gdr_cache_stats *s = &c->st;
+	uint64_t fast, tags;
+
+	*s = c->st;
+	gdr_thr_totals(c, &fast, &tags);
+	s->fast_hits = fast;
+	s->hits += fast;
+	s->tag_checks += tags;
+}
+
+void gdr_stats_print(struct gdr_cache *c, const char *why)
+{
+	struct gdr_cache_stats st, *s = &st;
+
+	pthread_mutex_lock(&c->lock);
+	gdr_stats_collect(c, s);
+	pthread_mutex_unlock(&c->lock);
 
 	fprintf(stderr,
 		"gdrcache[%d] stats (%s, backend %s, validate %s): hits %" PRIu64 " misses %" PRIu64
@@ -30,12 +45,14 @@ void gdr_stats_print(const struct gdr_cache *c, const char *why)
 		" sync_memops_ctx %" PRIu64 " sync_memops_unavailable %" PRIu64
 		" fail_pin %" PRIu64 " fail_pin_retried %" PRIu64 " fail_mr %" PRIu64
 		" fail_cuda %" PRIu64 " fail_input %" PRIu64 " refused_managed %" PRIu64
-		" overlap_merged %" PRIu64 " detached %" PRIu64 "\n",
+		" overlap_merged %" PRIu64 " detached %" PRIu64 " fast_hits %" PRIu64
+		" events %" PRIu64 " events_lost %" PRIu64 "\n",
 		(int)getpid(), why, c->backend->ops->name, c->validator->name, s->hits, s->misses,
 		s->stale, s->evictions, s->pins, s->unpins, s->pinned_bytes, s->pinned_bytes_peak,
 		s->entries, s->passthrough, s->tag_checks, s->revoked, s->sync_memops_set, s->sync_memops_ctx,
 		s->sync_memops_unavailable, s->fail_pin, s->fail_pin_retried, s->fail_mr,
-		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged, s->detached);
+		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged, s->detached,
+		s->fast_hits, s->events, s->events_lost);
 }
 
 static void print_live_at_exit(void)

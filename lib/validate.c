@@ -3,7 +3,7 @@
  * Validation: is a cached allocation still the one that was pinned? Mode "tag" asks the driver for
  * CU_POINTER_ATTRIBUTE_BUFFER_ID on every hit: ids are process-wide unique and never reused, so an
  * equal id proves the same allocation, and a freed (or freed and reallocated) buffer shows as
- * INVALID_VALUE or as a new id. Event-validated modes plug in here as further gdr_validator_ops.
+ * INVALID_VALUE or as a new id. Mode "events" trusts the free events the cache drains instead.
  * A check runs without the cache lock held (the hit path validates after taking its reference).
  */
 #include <errno.h>
@@ -27,11 +27,29 @@ const struct gdr_validator_ops gdr_validate_tag_ops = {
 	.check = tag_check,
 };
 
+/* Mode "events": the cache applies every free event (events.h) before it trusts an entry, and
+ * gdrcache.ko's revocation page is read on every hit; nothing is left to ask the driver. */
+static int events_check(struct gdr_cache *c, const struct gdr_tag *tag)
+{
+	(void)c;
+	(void)tag;
+	return 0;
+}
+
+const struct gdr_validator_ops gdr_validate_events_ops = {
+	.name = "events",
+	.check = events_check,
+};
+
+/* AUTO is resolved by gdr_cache_create into one of the two. */
 const struct gdr_validator_ops *gdr_validator_for(int mode)
 {
 	switch (mode) {
 	case GDR_VALIDATE_TAG:
+	case GDR_VALIDATE_AUTO:
 		return &gdr_validate_tag_ops;
+	case GDR_VALIDATE_EVENTS:
+		return &gdr_validate_events_ops;
 	default:
 		return NULL;
 	}

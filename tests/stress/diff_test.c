@@ -14,7 +14,12 @@
  *  - no 64 KiB page is pinned twice, except while a replaced ("detached") entry is still held;
  * and at the end, after the last dereg and destroy, that no pin and no MR is left.
  *
- * Usage: diff_test [operations] [seed]   (default 10,000,000 operations)
+ * Validation modes: "tag" (BUFFER_ID on every hit) and "events". In mode events the cache makes no
+ * driver call on a hit and relies on free events: here the test publishes them itself, just before
+ * each free, remap and unmap, as the library's interception of the driver's free functions does in
+ * a real process (that interception is tested on its own: tests/unit/test_events.c, tests/gpu).
+ *
+ * Usage: diff_test [operations] [seed] [tag|events]   (default 10,000,000 operations, tag)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -61,6 +67,20 @@ static unsigned seed;
 static uint64_t rng_state;
 static int orphans;            /* held registrations whose buffer was freed (a caller bug, survived) */
 static uint64_t max_bytes = 8 * MiB, max_entries = 8;
+static bool events_mode;
+
+/* Mode events: what the interception of cuMemFree / cuMemUnmap / ... publishes. */
+static void freeing(uint64_t va, uint64_t size)
+{
+	if (events_mode)
+		gdr_events_push(va, size);
+}
+
+static int probe_simulated(const char **why)
+{
+	(void)why;
+	return 0;
+}
 static struct {
 	uint64_t allocs, frees, reallocs, remaps, regs, reg_fail, deregs, flushes, with_pd;
 } n;
@@ -119,6 +139,7 @@ static void slot_free(int i)
 			held[h].slot = -1; /* the caller freed a buffer it still has registered */
 			orphans++;
 		}
+	freeing(s->va, s->kind == K_POOL ? 0 : s->size);
 	if (s->kind == K_VMM) {
 		CHECK(fake_cuda_vmm_unmap(s->va, 2 * MiB) == 0);
 		CHECK(fake_cuda_vmm_unmap(s->va + 2 * MiB, 2 * MiB) == 0);
@@ -147,6 +168,7 @@ static void slot_realloc(int i)
 				held[h].slot = -1;
 				orphans++;
 			}
+		freeing(m, 2 * MiB);
 		CHECK(fake_cuda_vmm_unmap(m, 2 * MiB) == 0);
 		CHECK(fake_cuda_vmm_map(m, 2 * MiB) == 0);
 		n.remaps++;
@@ -199,6 +221,14 @@ static void do_reg(void)
 	CHECK(base % (64 * KiB) == 0 && plen % (64 * KiB) == 0);
 	CHECK(base <= a && a + len <= base + plen);
 	CHECK(gdr_region_buffer_id(r, &id) == 0);
+	if (id != fake_cuda_buffer_id(a))
+		fprintf(stderr, "slot %d kind %d va %#llx size %#llx a %#llx len %#llx: id %llu now %llu "
+			"record [%#llx +%#llx) state %u entry [%#llx +%#llx) state %u\n", i,
+			s->kind, (unsigned long long)s->va, (unsigned long long)s->size,
+			(unsigned long long)a, (unsigned long long)len, (unsigned long long)id,
+			(unsigned long long)fake_cuda_buffer_id(a), (unsigned long long)r->start,
+			(unsigned long long)r->size, r->state, (unsigned long long)r->entry->base,
+			(unsigned long long)r->entry->len, r->entry->state);
 	CHECK(id == fake_cuda_buffer_id(a));                  /* not a stale allocation */
 	CHECK(fake_backend_pin_current(r, a, len));         /* not stale memory */
 	if (pd) {
@@ -233,9 +263,9 @@ static void check_invariants(void)
 	CHECK(st.pinned_bytes == fake_be.outstanding_bytes);
 	CHECK(st.entries == fake_be.outstanding);
 	if (st.pinned_bytes > max_bytes || st.entries > max_entries) {
-		/* over the limits only by referenced entries (the index holds one reference) */
+		/* over the limits only by held entries */
 		for (struct gdr_entry *e = cache->lru; e; e = e->next)
-			CHECK(__atomic_load_n(&e->refs, __ATOMIC_RELAXED) > 1);
+			CHECK(gdr_entry_holds(cache, e) > 0);
 	}
 	/* A page is pinned twice only while a replaced (detached) entry is still held. */
 	if (!st.detached)
@@ -257,6 +287,10 @@ int main(int argc, char **argv)
 	struct gdr_cache_stats st;
 
 	seed = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 20261121u;
+	events_mode = argc > 3 && !strcmp(argv[3], "events");
+	attr.field_mask |= GDR_CACHE_ATTR_VALIDATE;
+	attr.validate = events_mode ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG;
+	gdr_events_prober = probe_simulated;
 	rng_state = 0x9e3779b97f4a7c15ULL ^ seed;
 	fake_verbs_install();
 	fake_backend_reset();
@@ -301,17 +335,20 @@ int main(int argc, char **argv)
 	CHECK(fake_be.outstanding == 0);          /* no pin leaked */
 	CHECK(fake_be.outstanding_bytes == 0);
 	CHECK(fake_verbs.outstanding == 0);       /* no MR leaked */
-	printf("diff_test: %" PRIu64 " operations (seed %u): %" PRIu64 " gdr_reg (%" PRIu64
+	CHECK(st.validate_mode == (uint64_t)attr.validate);
+	CHECK(events_mode ? st.tag_checks == 0 : st.events == 0);
+	printf("diff_test: %" PRIu64 " operations (seed %u, validation %s): %" PRIu64 " gdr_reg (%" PRIu64
 	       " with a PD, %" PRIu64 " refused for lack of pinnable space), %" PRIu64 " gdr_dereg, %"
 	       PRIu64 " allocs, %" PRIu64 " frees, %" PRIu64 " reallocs at the same VA, %" PRIu64
 	       " VMM remaps, %" PRIu64 " flushes\n",
-	       ops, seed, n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
+	       ops, seed, events_mode ? "events" : "tag", n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
 	       n.remaps, n.flushes);
-	printf("diff_test: cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " stale, %" PRIu64
+	printf("diff_test: cache: %" PRIu64 " hits (%" PRIu64 " lock-free), %" PRIu64 " misses, %"
+	       PRIu64 " stale, %" PRIu64 " free events, %" PRIu64 " tag checks, %" PRIu64
 	       " evictions, %" PRIu64 " pins, %" PRIu64 " retried after BAR exhaustion, %" PRIu64
 	       " merged; peak pinned %" PRIu64 " bytes; 0 stale registrations returned, 0 pins "
 	       "leaked\n",
-	       st.hits, st.misses, st.stale, st.evictions, st.pins, st.fail_pin_retried,
+	       st.hits, st.fast_hits, st.misses, st.stale, st.events, st.tag_checks, st.evictions, st.pins, st.fail_pin_retried,
 	       st.overlap_merged, st.pinned_bytes_peak);
 	return 0;
 }
