@@ -196,7 +196,7 @@ static void quarantine(struct gdr_cache *c, struct gdr_region *r)
 {
 	/* A released record stays readable (magic DEAD) a while, so a late second gdr_dereg is
 	 * refused instead of touching freed memory. */
-	r->magic = GDR_REGION_DEAD;
+	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_RELAXED);
 	if (c->qlen == GDR_QUARANTINE) {
 		free(c->quarantine[c->qhead]);
 		c->quarantine[c->qhead] = r;
@@ -1093,7 +1093,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		gdr_err("NULL region");
 		return -EINVAL;
 	}
-	if (r->magic != GDR_REGION_LIVE) {
+	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE) {
 		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
 		return -EINVAL;
 	}
@@ -1107,7 +1107,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	/* Read while still held: once released, the entry may be retired by another thread. */
 	state = __atomic_load_n(&r->entry->state, __ATOMIC_ACQUIRE);
 	v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
-	__atomic_store_n(ctr, v - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(ctr, v - 1, __ATOMIC_RELEASE); /* what we read of r happens before a retire */
 	if (v <= 0) {
 		/* This thread gives back more than it took: another thread's hold, or a double
 		 * dereg. Only the sum over threads can tell. */

@@ -172,7 +172,8 @@ void gdr_thr_zero(struct gdr_cache *c, uint32_t slot)
 
 void gdr_thr_sync(struct gdr_cache *c)
 {
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	/* The caller's seq_cst store (an entry or record marked dying) is ordered before these
+	 * seq_cst loads, as a lookup's seq_cst epoch increment is before its load of the state. */
 	for (struct gdr_thr *t = __atomic_load_n(&c->threads, __ATOMIC_ACQUIRE); t; t = t->next) {
 		uint64_t e = __atomic_load_n(&t->epoch, __ATOMIC_SEQ_CST);
 

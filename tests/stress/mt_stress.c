@@ -3,7 +3,9 @@
  * Multi-threaded stress, meant to run under ThreadSanitizer: threads register and release their own
  * buffers and one shared buffer, while a churn thread frees and reallocates buffers at the same VA
  * and flushes. Every registration must name the allocation now at its address; at the end nothing
- * is pinned or registered. Usage: mt_stress [threads] [iterations per thread]
+ * is pinned or registered. In mode events the frees publish free events first, as the library's
+ * interception of the driver's free functions does (tests/stress/diff_test.c says why).
+ * Usage: mt_stress [threads] [iterations per thread] [tag|events]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +13,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -24,6 +28,20 @@ static int iters = 20000;
 static atomic_int stop, failures;
 static uint64_t churn[8];
 static pthread_mutex_t churn_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool events_mode;
+
+static void xfree(uint64_t a)
+{
+	if (events_mode)
+		gdr_events_push(a, 0);
+	fake_cuda_free(a);
+}
+
+static int probe_simulated(const char **why)
+{
+	(void)why;
+	return 0;
+}
 
 static void fail(const char *what, uint64_t a)
 {
@@ -64,7 +82,7 @@ static void *worker(void *arg)
 		reg_check(shared_buf, 8192, NULL, true);
 		if (it % 64 == 0) {
 			/* free and reallocate one of ours: same size, usually the same VA */
-			fake_cuda_free(mine[i]);
+			xfree(mine[i]);
 			mine[i] = fake_cuda_alloc((size_t)(1 + i) * 256 * 1024);
 			reg_check(mine[i], 4096, NULL, true);
 		}
@@ -79,7 +97,7 @@ static void *worker(void *arg)
 		}
 	}
 	for (int i = 0; i < PER_THREAD; i++)
-		fake_cuda_free(mine[i]);
+		xfree(mine[i]);
 	return NULL;
 }
 
@@ -92,7 +110,7 @@ static void *churner(void *arg)
 		int i = rand_r(&seed) % 8;
 
 		pthread_mutex_lock(&churn_lock);
-		fake_cuda_free(churn[i]);
+		xfree(churn[i]);
 		churn[i] = fake_cuda_alloc(2 * MiB);
 		pthread_mutex_unlock(&churn_lock);
 		if (rand_r(&seed) % 32 == 0)
@@ -114,6 +132,10 @@ int main(int argc, char **argv)
 
 	if (argc > 2)
 		iters = atoi(argv[2]);
+	events_mode = argc > 3 && !strcmp(argv[3], "events");
+	attr.field_mask |= GDR_CACHE_ATTR_VALIDATE;
+	attr.validate = events_mode ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG;
+	gdr_events_prober = probe_simulated;
 	if (nthreads < 1 || nthreads > 64)
 		return 2;
 	fake_verbs_install();
@@ -132,8 +154,9 @@ int main(int argc, char **argv)
 	gdr_cache_get_stats(cache, &st);
 	if (gdr_cache_destroy(cache) || fake_be.outstanding || fake_verbs.outstanding)
 		fail("leak at the end", 0);
-	printf("mt_stress: %d threads x %d iterations: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-	       " stale, %" PRIu64 " evictions, %d failures\n",
-	       nthreads, iters, st.hits, st.misses, st.stale, st.evictions, atomic_load(&failures));
+	printf("mt_stress: %d threads x %d iterations (validation %s): %" PRIu64 " hits (%" PRIu64
+	       " lock-free), %" PRIu64 " misses, %" PRIu64 " stale, %" PRIu64 " free events, %" PRIu64
+	       " evictions, %d failures\n", nthreads, iters, events_mode ? "events" : "tag", st.hits,
+	       st.fast_hits, st.misses, st.stale, st.events, st.evictions, atomic_load(&failures));
 	return atomic_load(&failures) ? 1 : 0;
 }
