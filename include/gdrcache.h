@@ -4,11 +4,18 @@
  *
  * A cache pins each GPU buffer once (64 KiB-aligned, after CU_POINTER_ATTRIBUTE_SYNC_MEMOPS), keeps
  * it pinned in an LRU bounded by bytes and entries (lazy unpinning), and proves on every reuse that
- * the buffer behind the address is still the one it pinned (CU_POINTER_ATTRIBUTE_BUFFER_ID tag check).
- * With an ibv_pd the cache also owns the NIC memory region.
+ * the buffer behind the address is still the one it pinned: by the free events it intercepts from the
+ * CUDA driver and gdrcache.ko (mode events: no driver call on a hit), or by a
+ * CU_POINTER_ATTRIBUTE_BUFFER_ID query on every hit (mode tag). With an ibv_pd the cache also owns the
+ * NIC memory region.
  *
  * Thread safety: every function may be called from any thread on the same or different caches at the
- * same time; a registration may be released from any thread, once.
+ * same time; a registration may be released from any thread, once. A hit takes no lock and writes no
+ * memory that another thread's hit writes.
+ *
+ * Free events and a buffer freed while it is being registered: a registration that races with the
+ * free of its own buffer (another thread frees it during gdr_reg) may outlive it, as with any use
+ * after free; every registration made after the free returned is of the new buffer.
  *
  * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
  * touches errno. Bad input is refused with the error named in its comment and a log line.
@@ -119,7 +126,8 @@ int gdr_cache_destroy(struct gdr_cache *cache);
 /*
  * Register [addr, addr+len) and take a reference. pd may be NULL: then the registration carries the
  * pinned range (kmod page list or dma-buf fd) but no MR. access is an ibv_access_flags mask, used only
- * with a pd. GPU device memory is served from the cache (a hit costs a tag check); host memory and
+ * with a pd. GPU device memory is served from the cache (a hit takes no lock; in mode tag it
+ * costs one BUFFER_ID query); host memory and
  * memory CUDA does not know go straight to ibv_reg_mr (needs a pd).
  * Returns 0 and *region, or
  * -EINVAL (NULL cache/region, len 0, addr+len overflows, host memory without a pd),
@@ -133,8 +141,10 @@ int gdr_reg(struct gdr_cache *cache, struct ibv_pd *pd, void *addr, size_t len, 
 
 /*
  * Release a reference taken by gdr_reg(). The range stays pinned in the cache until evicted.
- * Returns 0, or -EINVAL (NULL, or a region already released: double dereg is detected while the
- * cache holds the entry and logged).
+ * Returns 0, -ENOMEM (this thread's hold counters could not be allocated), or -EINVAL (NULL, or a
+ * region already released: detected when its record is retired, or when the releases exceed the
+ * registrations summed over all threads; logged). A region must not be used after its release: the
+ * accessors check only that its record still exists, since registrations of the same buffer share it.
  */
 int gdr_dereg(struct gdr_region *region);
 
