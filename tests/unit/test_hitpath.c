@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: MIT */
+/* The lock-free hit path and the validation modes: hits served without the lock and, in mode events,
+ * without a driver query; free events applied before any hit; lost events; the choice of mode;
+ * holds across threads and double releases; releasing a PD's MRs. The interception that publishes
+ * free events in a real process is simulated here by publishing them before each fake free (it is
+ * tested on its own in test_events). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "events.h"
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define MiB (1024ULL * 1024)
+
+static struct gdr_cache *cache;
+static int probe_rc;
+
+static int probe_fake(const char **why)
+{
+	*why = "simulated probe failure";
+	return probe_rc;
+}
+
+static struct gdr_cache *make(int mode)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE, .validate = mode };
+	struct gdr_cache *c = NULL;
+
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fake_cuda_reset();
+	fake_backend_reset();
+	fake_verbs_install();
+	fake_verbs = (struct fake_verbs_state){ 0 };
+	probe_rc = 0;
+	gdr_events_prober = probe_fake;
+	cache = make(GDR_VALIDATE_EVENTS);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (cache)
+		assert_int_equal(gdr_cache_destroy(cache), 0);
+	cache = NULL;
+	assert_int_equal(fake_be.outstanding, 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	return 0;
+}
+
+static struct gdr_cache_stats stats(void)
+{
+	struct gdr_cache_stats s;
+
+	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
+	return s;
+}
+
+static struct gdr_region *reg_pd(struct ibv_pd *pd, uint64_t a, uint64_t len)
+{
+	struct gdr_region *r = NULL;
+
+	assert_int_equal(gdr_reg(cache, pd, (void *)(uintptr_t)a, len, pd ? 1 : 0, &r), 0);
+	assert_non_null(r);
+	return r;
+}
+
+static struct gdr_region *reg(uint64_t a, uint64_t len)
+{
+	return reg_pd(NULL, a, len);
+}
+
+static uint64_t region_id(struct gdr_region *r)
+{
+	uint64_t id;
+
+	assert_int_equal(gdr_region_buffer_id(r, &id), 0);
+	return id;
+}
+
+/* What the interception does around cuMemFree. */
+static void free_evented(uint64_t a)
+{
+	gdr_events_push(a, 0);
+	fake_cuda_free(a);
+}
+
+static void test_events_hit_makes_no_driver_call(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	uint64_t queries;
+
+	(void)state;
+	assert_int_equal(stats().validate_mode, GDR_VALIDATE_EVENTS);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0); /* the miss */
+	queries = fake_cuda_calls("cuPointerGetAttribute");
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(gdr_dereg(reg(a + 4096 * (uint64_t)i, 4096)), 0);
+	assert_int_equal(fake_cuda_calls("cuPointerGetAttribute"), queries);
+	assert_int_equal(stats().fast_hits, 100);
+	assert_int_equal(stats().tag_checks, 0);
+	free_evented(a);
+}
+
+static void test_tag_hit_is_lock_free_but_queries(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	uint64_t queries;
+
+	(void)state;
+	assert_int_equal(gdr_cache_destroy(cache), 0);
+	cache = make(GDR_VALIDATE_TAG);
+	assert_int_equal(stats().validate_mode, GDR_VALIDATE_TAG);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	queries = fake_cuda_calls("cuPointerGetAttribute");
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(fake_cuda_calls("cuPointerGetAttribute"), queries + 10);
+	assert_int_equal(stats().fast_hits, 10);
+	fake_cuda_free(a);
+}
+
+static void test_event_drops_entry_before_next_hit(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), b, id;
+	struct gdr_region *r;
+
+	(void)state;
+	r = reg(a, 4096);
+	id = region_id(r);
+	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(a);
+	b = fake_cuda_alloc(2 * MiB);
+	assert_int_equal(b, a); /* the VA comes back (FACTS.md) */
+	r = reg(b, 4096);
+	assert_true(region_id(r) > id);
+	assert_int_equal(region_id(r), fake_cuda_buffer_id(b));
+	assert_int_equal(stats().events, 1);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(b);
+}
+
+static void test_unevented_free_is_missed_in_events_mode(void **state)
+{
+	/* Proves that mode events trusts its events alone: a free nobody reported is not seen (which
+	 * is why mode auto uses events only where the interception is proven). */
+	uint64_t a = fake_cuda_alloc(2 * MiB), b;
+	struct gdr_region *r;
+
+	(void)state;
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	fake_cuda_free(a);
+	b = fake_cuda_alloc(2 * MiB);
+	assert_int_equal(b, a);
+	r = reg(b, 4096);
+	assert_int_not_equal(region_id(r), fake_cuda_buffer_id(b));
+	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(b);
+}
+
+static void test_event_range_and_context_destroy(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB);
+
+	(void)state;
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(gdr_dereg(reg(b, 4096)), 0);
+	gdr_events_push(a + 4096, 4096); /* cuMemUnmap-style: a range inside the entry */
+	assert_int_equal(gdr_dereg(reg(b, 4096)), 0);
+	assert_int_equal(stats().stale, 1);
+	assert_int_equal(stats().entries, 1);
+	gdr_events_push(0, GDR_EVENT_ALL_LEN); /* a context destroyed */
+	assert_int_equal(gdr_cache_flush(cache), 0); /* the drain dropped everything first */
+	assert_int_equal(stats().entries, 0);
+	assert_int_equal(stats().stale, 2);
+	fake_cuda_free(a);
+	fake_cuda_free(b);
+}
+
+static void test_lost_events_drop_everything(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *held;
+
+	(void)state;
+	held = reg(a, 4096);
+	for (unsigned i = 0; i < GDR_EVENTS_RING + 10; i++)
+		gdr_events_push(0x1000, 0); /* nothing the cache has */
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(stats().events_lost, 1);
+	assert_int_equal(stats().stale, 1);           /* dropped, though it was valid */
+	assert_int_equal(stats().detached, 1);        /* and held: pinned until released */
+	assert_int_equal(gdr_dereg(held), 0);
+	assert_int_equal(gdr_cache_flush(cache), 1);
+	assert_int_equal(stats().detached, 0);
+	free_evented(a);
+}
+
+static void test_mode_choice(void **state)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE };
+	struct gdr_cache *c = NULL;
+
+	(void)state;
+	probe_rc = -ENOSYS;
+	a.validate = GDR_VALIDATE_EVENTS;
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), -EOPNOTSUPP);
+	assert_null(c);
+	a.validate = GDR_VALIDATE_AUTO;
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_non_null(c);
+	{
+		struct gdr_cache_stats s;
+
+		assert_int_equal(gdr_cache_get_stats(c, &s), 0);
+		assert_int_equal(s.validate_mode, GDR_VALIDATE_TAG);
+	}
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	probe_rc = 0;
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	{
+		struct gdr_cache_stats s;
+
+		assert_int_equal(gdr_cache_get_stats(c, &s), 0);
+		assert_int_equal(s.validate_mode, GDR_VALIDATE_EVENTS);
+	}
+	assert_int_equal(gdr_cache_destroy(c), 0);
+}
+
+struct xfer {
+	struct gdr_region *r;
+	int rc;
+};
+
+static void *dereg_thread(void *arg)
+{
+	struct xfer *x = arg;
+
+	x->rc = gdr_dereg(x->r);
+	return NULL;
+}
+
+static void test_release_on_another_thread_and_double_dereg(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r1, *r2;
+	struct xfer x;
+	pthread_t t;
+
+	(void)state;
+	r1 = reg(a, 4096);
+	r2 = reg(a, 4096);
+	assert_ptr_equal(r1, r2); /* one record per (allocation, pd, access) */
+	x.r = r1;
+	assert_int_equal(pthread_create(&t, NULL, dereg_thread, &x), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(x.rc, 0);
+	/* One hold is left: the entry is not evictable. */
+	assert_int_equal(gdr_cache_flush(cache), 0);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_cache_flush(cache), 1);
+	/* The record is retired with its entry: another release is refused. */
+	assert_int_equal(gdr_dereg(r2), -EINVAL);
+	/* A double release on one thread is refused while the record lives: the sum over threads
+	 * would go below zero. */
+	r1 = reg(a, 4096);
+	assert_int_equal(gdr_dereg(r1), 0);
+	assert_int_equal(gdr_dereg(r1), -EINVAL);
+	assert_int_equal(stats().fail_input, 1);
+	assert_int_equal(gdr_cache_flush(cache), 1);
+	free_evented(a);
+}
+
+static void test_held_entry_survives_eviction_attempts(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	assert_int_equal(gdr_cache_destroy(cache), 0);
+	{
+		struct gdr_cache_attr at = { .field_mask = GDR_CACHE_ATTR_VALIDATE |
+						GDR_CACHE_ATTR_MAX_ENTRIES,
+					     .validate = GDR_VALIDATE_EVENTS, .max_entries = 1 };
+
+		assert_int_equal(gdr_cache_create_ops(&at, &fake_backend_ops, &cache), 0);
+	}
+	r = reg(a, 4096);
+	assert_int_equal(gdr_dereg(reg(b, 4096)), 0); /* over the limit: b (unheld) is evicted */
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(stats().evictions, 1);
+	assert_int_equal(region_id(r), fake_cuda_buffer_id(a));
+	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(a);
+	free_evented(b);
+}
+
+static void test_release_pd(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	struct gdr_region *r;
+
+	(void)state;
+	assert_int_equal(gdr_cache_release_pd(NULL, FAKE_PD), -EINVAL);
+	assert_int_equal(gdr_cache_release_pd(cache, NULL), -EINVAL);
+	assert_int_equal(gdr_dereg(reg_pd(FAKE_PD, a, 4096)), 0);
+	r = reg_pd(FAKE_PD2, a, 4096);
+	assert_int_equal(fake_verbs.outstanding, 2);
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD), 0);
+	assert_int_equal(fake_verbs.outstanding, 1);      /* FAKE_PD's MR is gone, the pin stays */
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD2), -EBUSY); /* r is held */
+	assert_int_equal(fake_verbs.outstanding, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD2), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	/* The PD can be used again: a new MR is made. */
+	assert_int_equal(gdr_dereg(reg_pd(FAKE_PD, a, 4096)), 0);
+	assert_int_equal(fake_verbs.outstanding, 1);
+	free_evented(a);
+}
+
+#define NT 8
+#define ITERS 20000
+static uint64_t shared_a;
+static uint64_t mine[NT];
+
+static void *hitter(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+
+	for (int k = 0; k < ITERS; k++) {
+		struct gdr_region *r1 = NULL, *r2 = NULL;
+
+		if (gdr_reg(cache, NULL, (void *)(uintptr_t)shared_a, 4096, 0, &r1) ||
+		    gdr_reg(cache, NULL, (void *)(uintptr_t)mine[i], 4096, 0, &r2) ||
+		    gdr_dereg(r1) || gdr_dereg(r2))
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_threads_share_and_own(void **state)
+{
+	pthread_t t[NT];
+	void *ret;
+
+	(void)state;
+	shared_a = fake_cuda_alloc(2 * MiB);
+	for (int i = 0; i < NT; i++)
+		mine[i] = fake_cuda_alloc(2 * MiB);
+	for (int i = 0; i < NT; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, hitter, (void *)(intptr_t)i), 0);
+	for (int i = 0; i < NT; i++) {
+		pthread_join(t[i], &ret);
+		assert_null(ret);
+	}
+	assert_int_equal(stats().hits + stats().misses, 2 * NT * ITERS);
+	assert_int_equal(stats().misses, NT + 1);
+	/* Every hold was given back: everything can be flushed. */
+	assert_int_equal(gdr_cache_flush(cache), NT + 1);
+	free_evented(shared_a);
+	for (int i = 0; i < NT; i++)
+		free_evented(mine[i]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_events_hit_makes_no_driver_call, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_drops_entry_before_next_hit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unevented_free_is_missed_in_events_mode, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_event_range_and_context_destroy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lost_events_drop_everything, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mode_choice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_release_on_another_thread_and_double_dereg, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_held_entry_survives_eviction_attempts, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_release_pd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads_share_and_own, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
