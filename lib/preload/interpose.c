@@ -1,0 +1,647 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libgdrcache-preload.so: LD_PRELOAD it and an unmodified verbs program's GPU buffers are
+ * registered through one libgdrcache cache per process.
+ *
+ * It defines libibverbs' registration entry points with libibverbs' own symbol versions, so that
+ * every reference binds here first: a program built against today's headers refers to
+ * ibv_reg_mr@IBVERBS_1.1 (rdma-core's inline ibv_reg_mr) or ibv_reg_mr_iova2@IBVERBS_1.8; one built
+ * without versions (against an old, unversioned libibverbs) gets the oldest node, IBVERBS_1.0,
+ * libibverbs' 1.0 compatibility layer, exactly as it would without the preload. A versioned reference
+ * never binds to a definition of another version node, so each symbol carries its node
+ * (libgdrcache-preload.map); the real ones are found with dlvsym(RTLD_NEXT).
+ *
+ *   ibv_reg_mr@IBVERBS_1.1, ibv_reg_mr_iova@IBVERBS_1.7, ibv_reg_mr_iova2@IBVERBS_1.8
+ *        device memory (the CUDA driver the program loaded says so) with iova == addr, not ODP:
+ *        gdr_reg on the cache; the program gets a shadow struct ibv_mr of its own (its addr and
+ *        length, the cached MR's context, pd, handle and keys) holding one reference. Anything else,
+ *        or a cache that fails, goes to libibverbs unchanged.
+ *   ibv_dereg_mr@IBVERBS_1.1       a shadow: drop the reference (the MR stays cached), return 0
+ *   ibv_rereg_mr@IBVERBS_1.1       a shadow: register the new range, then drop the old one
+ *   ibv_reg_dmabuf_mr@IBVERBS_1.12 passes through (a dma-buf has no address to cache by)
+ *   ibv_dealloc_pd@IBVERBS_1.1     gdr_cache_release_pd first: the cache's idle MRs never make it fail
+ *   ibv_close_device@IBVERBS_1.1   the same for every PD of the context; shadows the program still
+ *                                  holds on it become orphans (their release is a no-op)
+ *   the IBVERBS_1.0 symbols        forward to libibverbs' 1.0 compatibility functions, whose own
+ *                                  calls of the 1.1 symbols come back here
+ *
+ * The library's own libibverbs calls (it registers the cache's MRs) pass through: a per-thread
+ * depth counter marks them. After fork() the child passes everything through; the MRs it inherited
+ * are the parent's: their release only forgets them. GDRCACHE_DISABLE=1: pure pass-through.
+ * GDRCACHE_STATS=1: the library prints the cache's statistics at exit, this its own counters.
+ *
+ * Known limit: programs that dlopen libibverbs and resolve it with dlsym/dlvsym (NCCL's IB plugin
+ * does) never reach these definitions: LD_PRELOAD only wins symbol lookups made through the global
+ * scope. See lib/preload/README.md.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+#define GDRP_SYMBOL(versioned) __attribute__((visibility("default"), symver(versioned)))
+
+/* The libibverbs definitions of what we interpose. The 1.0 ones take 1.0-layout objects. */
+static struct {
+	struct ibv_mr *(*reg_mr_1_0)(void *pd, void *addr, size_t len, int access);
+	int (*dereg_mr_1_0)(void *mr);
+	int (*dealloc_pd_1_0)(void *pd);
+	int (*close_device_1_0)(void *ctx);
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+	struct ibv_mr *(*reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				      int access);
+	struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				       unsigned int access);
+	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len,
+					uint64_t iova, int fd, int access);
+	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+			int access);
+	int (*dereg_mr)(struct ibv_mr *mr);
+	int (*dealloc_pd)(struct ibv_pd *pd);
+	int (*close_device)(struct ibv_context *ctx);
+} real;
+
+/* Nonzero while this thread is inside libgdrcache or a real libibverbs call made for the
+ * program: libibverbs entry points reached from there pass straight through. */
+static __thread unsigned in_lib __attribute__((tls_model("initial-exec")));
+
+static bool disabled;    /* GDRCACHE_DISABLE=1 */
+static bool print_stats; /* GDRCACHE_STATS=1 */
+static bool forked;      /* this process is a child of fork(): pass-through */
+static struct gdr_cache *cache;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+int gdrp_log_level = GDR_LOG_WARN;
+
+/* Counters printed with GDRCACHE_STATS=1. */
+static struct {
+	uint64_t cached;      /* registrations served through the cache (shadow MRs handed out) */
+	uint64_t host;        /* passed through: not device memory */
+	uint64_t iova;        /* passed through: iova != addr */
+	uint64_t odp;         /* passed through: IBV_ACCESS_ON_DEMAND */
+	uint64_t fallback;    /* passed through: the cache refused or failed */
+	uint64_t dmabuf;      /* ibv_reg_dmabuf_mr, passed through */
+	uint64_t released;    /* shadow MRs released */
+	uint64_t rereg;       /* shadow MRs re-registered */
+	uint64_t orphaned;    /* shadow MRs whose device was closed under them */
+	uint64_t pd_released; /* gdr_cache_release_pd calls before ibv_dealloc_pd/ibv_close_device */
+	uint64_t after_fork;  /* inherited shadow MRs forgotten in a child */
+} st;
+
+#define COUNT(field) __atomic_fetch_add(&st.field, 1, __ATOMIC_RELAXED)
+
+static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };
+
+void gdrp_log_write(int level, const char *func, int line, const char *fmt, ...)
+{
+	int saved = errno;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "gdrcache-preload[%d] %s: %s (%s:%d)\n", (int)getpid(),
+		level >= 0 && level <= GDR_LOG_DEBUG ? level_names[level] : "?", msg, func, line);
+	errno = saved;
+}
+
+static const char *err_name(int err)
+{
+	const char *s = strerrorname_np(err < 0 ? -err : err);
+
+	return s ? s : "unknown error";
+}
+
+static bool env_on(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+static void *resolve(const char *name, const char *version)
+{
+	void *f = dlvsym(RTLD_NEXT, name, version);
+
+	if (!f)
+		gdrp_err("libibverbs has no %s@%s: calls of it fail with ENOSYS", name, version);
+	return f;
+}
+
+static void child_after_fork(void)
+{
+	__atomic_store_n(&forked, true, __ATOMIC_RELAXED);
+}
+
+static void init(void)
+{
+	const char *lvl = getenv("GDRCACHE_LOG");
+
+	for (int i = 0; lvl && i <= GDR_LOG_DEBUG; i++)
+		if (!strcmp(lvl, level_names[i]))
+			gdrp_log_level = i;
+	disabled = env_on("GDRCACHE_DISABLE");
+	print_stats = env_on("GDRCACHE_STATS");
+#define R(field, name, version) (*(void **)&real.field = resolve(name, version))
+	R(reg_mr_1_0, "ibv_reg_mr", "IBVERBS_1.0");
+	R(dereg_mr_1_0, "ibv_dereg_mr", "IBVERBS_1.0");
+	R(dealloc_pd_1_0, "ibv_dealloc_pd", "IBVERBS_1.0");
+	R(close_device_1_0, "ibv_close_device", "IBVERBS_1.0");
+	R(reg_mr, "ibv_reg_mr", "IBVERBS_1.1");
+	R(reg_mr_iova, "ibv_reg_mr_iova", "IBVERBS_1.7");
+	R(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8");
+	R(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+	R(rereg_mr, "ibv_rereg_mr", "IBVERBS_1.1");
+	R(dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1");
+	R(dealloc_pd, "ibv_dealloc_pd", "IBVERBS_1.1");
+	R(close_device, "ibv_close_device", "IBVERBS_1.1");
+#undef R
+	gdrp_mrtab_atfork();
+	pthread_atfork(NULL, NULL, child_after_fork);
+	gdrp_debug("loaded%s", disabled ? " (GDRCACHE_DISABLE: pass-through)" : "");
+}
+
+static inline void setup(void)
+{
+	pthread_once(&init_once, init);
+}
+
+__attribute__((constructor)) static void preload_ctor(void)
+{
+	setup();
+}
+
+__attribute__((destructor)) static void preload_dtor(void)
+{
+	if (!print_stats)
+		return;
+	fprintf(stderr,
+		"gdrcache-preload[%d] stats%s: cached %" PRIu64 " released %" PRIu64
+		" passthrough_host %" PRIu64 " passthrough_iova %" PRIu64 " passthrough_odp %" PRIu64
+		" passthrough_dmabuf %" PRIu64 " fallback %" PRIu64 " rereg %" PRIu64
+		" orphaned %" PRIu64 " pd_released %" PRIu64 " after_fork %" PRIu64 "\n",
+		(int)getpid(), disabled ? " (disabled)" : forked ? " (child of fork)" : "",
+		st.cached, st.released, st.host, st.iova, st.odp, st.dmabuf, st.fallback, st.rereg,
+		st.orphaned, st.pd_released, st.after_fork);
+}
+
+/* A real libibverbs call for the program: what it reaches of our symbols passes through. */
+#define PASS(result, fn, ...)                                                                      \
+	do {                                                                                       \
+		if (!real.fn) {                                                                    \
+			errno = ENOSYS;                                                            \
+			result = 0;                                                                \
+			break;                                                                     \
+		}                                                                                  \
+		in_lib++;                                                                          \
+		result = real.fn(__VA_ARGS__);                                                     \
+		in_lib--;                                                                          \
+	} while (0)
+
+static void cache_create(void)
+{
+	struct gdr_cache *c = NULL;
+	int rc;
+
+	in_lib++;
+	rc = gdr_cache_create(NULL, &c);
+	in_lib--;
+	__atomic_store_n(&cache, rc ? NULL : c, __ATOMIC_RELEASE);
+	if (rc) {
+		gdrp_err("gdr_cache_create: %s: GPU buffers are registered directly, uncached",
+			 err_name(rc));
+	}
+}
+
+/* Whether the cache may serve this registration at all. */
+static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+{
+	if (in_lib || disabled || __atomic_load_n(&forked, __ATOMIC_RELAXED) || !pd || !len)
+		return false;
+	if (iova != (uintptr_t)addr) {
+		COUNT(iova);
+		return false;
+	}
+	if (access & IBV_ACCESS_ON_DEMAND) {
+		COUNT(odp);
+		return false;
+	}
+	if (!gdrp_is_gpu(addr)) {
+		COUNT(host);
+		return false;
+	}
+	return true;
+}
+
+/* gdr_reg for a cacheable request. 0: *region holds a reference and *cmr is the cached MR. */
+static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		     struct gdr_region **region, struct ibv_mr **cmr)
+{
+	enum gdr_mem_kind kind = GDR_MEM_HOST;
+	int rc;
+
+	pthread_once(&cache_once, cache_create);
+	if (!cache)
+		return -ENODEV;
+	/* Known before the cache can hold an MR for it, so that ibv_dealloc_pd releases them. */
+	rc = gdrp_pd_note(pd);
+	if (rc)
+		return rc;
+	in_lib++;
+	rc = gdr_reg(cache, pd, addr, len, (int)access, region);
+	if (!rc) {
+		*cmr = NULL;
+		gdr_region_mem_kind(*region, &kind);
+		gdr_region_mr(*region, cmr);
+		if (kind == GDR_MEM_HOST || !*cmr) {
+			/* The library saw host memory after all (freed meanwhile): not ours to keep. */
+			gdr_dereg(*region);
+			rc = -ENOTSUP;
+		}
+	}
+	in_lib--;
+	return rc;
+}
+
+static void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd *pd, void *addr,
+			size_t len)
+{
+	s->context = m->context;
+	s->pd = pd;
+	s->addr = addr;
+	s->length = len;
+	s->handle = m->handle;
+	s->lkey = m->lkey;
+	s->rkey = m->rkey;
+}
+
+static void region_put(struct gdr_region *region)
+{
+	int rc;
+
+	in_lib++;
+	rc = gdr_dereg(region);
+	in_lib--;
+	if (rc)
+		gdrp_err("gdr_dereg: %s", err_name(rc));
+}
+
+/* The cached path of every registration entry point: a shadow MR, or NULL (pass it through). */
+static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				 unsigned access)
+{
+	struct gdr_region *region;
+	struct gdrp_rec *r;
+	struct ibv_mr *cmr;
+	int saved = errno, rc;
+
+	if (!cacheable(pd, addr, len, iova, access))
+		return NULL;
+	rc = cache_reg(pd, addr, len, access, &region, &cmr);
+	if (rc) {
+		COUNT(fallback);
+		gdrp_info("gdr_reg(%p, +%zu, access %#x): %s: registering it directly", addr, len,
+			  access, err_name(rc));
+		errno = saved;
+		return NULL;
+	}
+	r = gdrp_rec_new();
+	if (r) {
+		r->kind = GDRP_CACHED;
+		r->region = region;
+		r->access = (int)access;
+		shadow_fill(&r->mr, cmr, pd, addr, len);
+		if (!gdrp_rec_publish(r)) {
+			COUNT(cached);
+			errno = saved;
+			return &r->mr;
+		}
+		gdrp_rec_free(r);
+	}
+	gdrp_err("out of memory for an MR record: registering %p directly", addr);
+	region_put(region);
+	COUNT(fallback);
+	errno = saved;
+	return NULL;
+}
+
+/* ---- Registration ---------------------------------------------------------------------------- */
+
+GDRP_SYMBOL("ibv_reg_mr@@IBVERBS_1.1")
+struct ibv_mr *gdrp_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	struct ibv_mr *mr;
+
+	setup();
+	mr = reg_cached(pd, addr, len, (uintptr_t)addr, (unsigned)access);
+	if (!mr)
+		PASS(mr, reg_mr, pd, addr, len, access);
+	return mr;
+}
+
+GDRP_SYMBOL("ibv_reg_mr_iova@@IBVERBS_1.7")
+struct ibv_mr *gdrp_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				int access)
+{
+	struct ibv_mr *mr;
+
+	setup();
+	mr = reg_cached(pd, addr, len, iova, (unsigned)access);
+	if (!mr)
+		PASS(mr, reg_mr_iova, pd, addr, len, iova, access);
+	return mr;
+}
+
+GDRP_SYMBOL("ibv_reg_mr_iova2@@IBVERBS_1.8")
+struct ibv_mr *gdrp_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				 unsigned int access)
+{
+	struct ibv_mr *mr;
+
+	setup();
+	mr = reg_cached(pd, addr, len, iova, access);
+	if (!mr)
+		PASS(mr, reg_mr_iova2, pd, addr, len, iova, access);
+	return mr;
+}
+
+GDRP_SYMBOL("ibv_reg_dmabuf_mr@@IBVERBS_1.12")
+struct ibv_mr *gdrp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+				  int fd, int access)
+{
+	struct ibv_mr *mr;
+
+	setup();
+	if (!in_lib)
+		COUNT(dmabuf);
+	PASS(mr, reg_dmabuf_mr, pd, offset, len, iova, fd, access);
+	return mr;
+}
+
+/* ---- Release --------------------------------------------------------------------------------- */
+
+static int real_dereg(struct ibv_mr *mr)
+{
+	int rc;
+
+	PASS(rc, dereg_mr, mr);
+	return real.dereg_mr ? rc : ENOSYS;
+}
+
+/* Release what a record stands for and free it. Returns what ibv_dereg_mr returns. */
+static int rec_release(struct gdrp_rec *r)
+{
+	int rc;
+
+	switch (r->kind) {
+	case GDRP_CACHED:
+		if (__atomic_load_n(&forked, __ATOMIC_RELAXED)) {
+			/* The parent's registration: its cache is not the child's to touch. */
+			COUNT(after_fork);
+			break;
+		}
+		region_put(r->region);
+		COUNT(released);
+		break;
+	case GDRP_WRAPPED:
+		rc = real_dereg(r->real);
+		if (rc) {
+			if (gdrp_rec_publish(r))
+				gdrp_err("out of memory: MR %p is lost to ibv_dereg_mr", (void *)r);
+			return rc;
+		}
+		COUNT(released);
+		break;
+	case GDRP_ORPHAN:
+		COUNT(released);
+		break;
+	}
+	gdrp_rec_free(r);
+	return 0;
+}
+
+GDRP_SYMBOL("ibv_dereg_mr@@IBVERBS_1.1")
+int gdrp_dereg_mr(struct ibv_mr *mr)
+{
+	struct gdrp_rec *r;
+
+	setup();
+	if (!in_lib && !disabled && mr && (r = gdrp_rec_take(mr)))
+		return rec_release(r);
+	return real_dereg(mr);
+}
+
+/* ---- Re-registration ------------------------------------------------------------------------- */
+
+static int rereg_input_error(const char *why)
+{
+	gdrp_info("ibv_rereg_mr of a cached MR: %s", why);
+	errno = EINVAL;
+	return IBV_REREG_MR_ERR_INPUT;
+}
+
+/* ibv_rereg_mr of a shadow: the struct stays where it is; what backs it is registered anew (cached
+ * when it can be), then the old backing is released. On failure the old registration is intact. */
+static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *addr, size_t len,
+			int access)
+{
+	struct ibv_pd *npd = flags & IBV_REREG_MR_CHANGE_PD ? pd : r->mr.pd;
+	void *naddr = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? addr : r->mr.addr;
+	size_t nlen = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? len : r->mr.length;
+	int naccess = flags & IBV_REREG_MR_CHANGE_ACCESS ? access : r->access;
+	struct gdr_region *region = NULL;
+	struct ibv_mr *nmr = NULL;
+	struct gdrp_rec old = *r;
+	int rc;
+
+	if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)
+		return rereg_input_error("unknown flags");
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len))
+		return rereg_input_error("no address or length");
+	if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))
+		return rereg_input_error("access without IBV_REREG_MR_CHANGE_ACCESS");
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)
+		return rereg_input_error("no PD");
+	if (r->kind == GDRP_ORPHAN)
+		return rereg_input_error("its device was closed");
+	if (__atomic_load_n(&forked, __ATOMIC_RELAXED))
+		return rereg_input_error("inherited from the parent process");
+	if (!flags)
+		return 0;
+
+	if (cacheable(npd, naddr, nlen, (uintptr_t)naddr, (unsigned)naccess) &&
+	    cache_reg(npd, naddr, nlen, (unsigned)naccess, &region, &nmr) == 0) {
+		r->kind = GDRP_CACHED;
+		r->region = region;
+		r->real = NULL;
+	} else {
+		PASS(nmr, reg_mr_iova2, npd, naddr, nlen, (uintptr_t)naddr, (unsigned)naccess);
+		if (!nmr)
+			return IBV_REREG_MR_ERR_CMD; /* errno from libibverbs */
+		r->kind = GDRP_WRAPPED;
+		r->region = NULL;
+		r->real = nmr;
+	}
+	r->access = naccess;
+	shadow_fill(&r->mr, nmr, npd, naddr, nlen);
+	COUNT(rereg);
+
+	if (old.kind == GDRP_CACHED) {
+		region_put(old.region);
+	} else {
+		rc = real_dereg(old.real);
+		if (rc)
+			gdrp_err("ibv_rereg_mr: releasing the previous MR failed (%s): it stays registered",
+				 err_name(rc));
+	}
+	return 0;
+}
+
+GDRP_SYMBOL("ibv_rereg_mr@@IBVERBS_1.1")
+int gdrp_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+		  int access)
+{
+	struct gdrp_rec *r;
+	int rc;
+
+	setup();
+	if (!in_lib && !disabled && mr && (r = gdrp_rec_take(mr))) {
+		rc = rereg_shadow(r, flags, pd, addr, len, access);
+		if (gdrp_rec_publish(r))
+			gdrp_err("out of memory: MR %p is lost to ibv_dereg_mr", (void *)mr);
+		return rc;
+	}
+	PASS(rc, rereg_mr, mr, flags, pd, addr, len, access);
+	return real.rereg_mr ? rc : IBV_REREG_MR_ERR_INPUT;
+}
+
+/* ---- Protection domains and devices ------------------------------------------------------------ */
+
+/* Deregister the cache's idle MRs for pd. -EBUSY: the program still holds some. */
+static int release_pd(struct ibv_pd *pd)
+{
+	int rc;
+
+	in_lib++;
+	rc = gdr_cache_release_pd(cache, pd);
+	in_lib--;
+	COUNT(pd_released);
+	return rc;
+}
+
+static bool cache_in_use(void)
+{
+	return !in_lib && !disabled && !__atomic_load_n(&forked, __ATOMIC_RELAXED) &&
+	       __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+}
+
+GDRP_SYMBOL("ibv_dealloc_pd@@IBVERBS_1.1")
+int gdrp_dealloc_pd(struct ibv_pd *pd)
+{
+	int rc;
+
+	setup();
+	if (cache_in_use() && pd && gdrp_pd_known(pd)) {
+		rc = release_pd(pd);
+		if (rc == -EBUSY)
+			gdrp_info("pd %p: the program still holds MRs on it: ibv_dealloc_pd says EBUSY",
+				  (void *)pd);
+		else if (rc)
+			gdrp_err("gdr_cache_release_pd(%p): %s", (void *)pd, err_name(rc));
+	}
+	PASS(rc, dealloc_pd, pd);
+	if (!real.dealloc_pd)
+		return ENOSYS;
+	if (!rc && pd)
+		gdrp_pd_forget(pd);
+	return rc;
+}
+
+#define GDRP_BATCH 64
+
+/* Before ctx goes away: no MR of the cache may outlive it. Shadows the program still holds on it
+ * are dropped from the cache (the program's later ibv_dereg_mr of them only frees them). */
+static void release_context(struct ibv_context *ctx)
+{
+	struct ibv_pd *pds[GDRP_BATCH];
+	struct gdr_region *regions[GDRP_BATCH];
+	unsigned n, k;
+
+	n = gdrp_pds_of(ctx, pds, GDRP_BATCH);
+	for (unsigned i = 0; i < n && i < GDRP_BATCH; i++) {
+		if (release_pd(pds[i]) == -EBUSY) {
+			do {
+				k = gdrp_orphan_pd(pds[i], regions, GDRP_BATCH);
+				for (unsigned j = 0; j < k && j < GDRP_BATCH; j++) {
+					region_put(regions[j]);
+					COUNT(orphaned);
+				}
+			} while (k > GDRP_BATCH);
+			gdrp_warn("ibv_close_device(%p): the program still held MRs of pd %p; "
+				  "they are released with the device", (void *)ctx, (void *)pds[i]);
+			if (release_pd(pds[i]))
+				gdrp_err("pd %p: the cache still holds MRs after the device closes",
+					 (void *)pds[i]);
+		}
+		gdrp_pd_forget(pds[i]);
+	}
+	if (n > GDRP_BATCH)
+		release_context(ctx); /* the next batch */
+}
+
+GDRP_SYMBOL("ibv_close_device@@IBVERBS_1.1")
+int gdrp_close_device(struct ibv_context *ctx)
+{
+	int rc;
+
+	setup();
+	if (cache_in_use() && ctx)
+		release_context(ctx);
+	PASS(rc, close_device, ctx);
+	return real.close_device ? rc : ENOSYS;
+}
+
+/* ---- IBVERBS_1.0: what programs linked without symbol versions bind to ------------------------- */
+/* libibverbs' 1.0 functions wrap 1.0-layout objects around the current ones and call the 1.1
+ * functions through its PLT, which reaches the definitions above: forward without marking. */
+
+GDRP_SYMBOL("ibv_reg_mr@IBVERBS_1.0")
+struct ibv_mr *gdrp_reg_mr_1_0(void *pd, void *addr, size_t len, int access)
+{
+	setup();
+	if (!real.reg_mr_1_0) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return real.reg_mr_1_0(pd, addr, len, access);
+}
+
+GDRP_SYMBOL("ibv_dereg_mr@IBVERBS_1.0")
+int gdrp_dereg_mr_1_0(void *mr)
+{
+	setup();
+	return real.dereg_mr_1_0 ? real.dereg_mr_1_0(mr) : ENOSYS;
+}
+
+GDRP_SYMBOL("ibv_dealloc_pd@IBVERBS_1.0")
+int gdrp_dealloc_pd_1_0(void *pd)
+{
+	setup();
+	return real.dealloc_pd_1_0 ? real.dealloc_pd_1_0(pd) : ENOSYS;
+}
+
+GDRP_SYMBOL("ibv_close_device@IBVERBS_1.0")
+int gdrp_close_device_1_0(void *ctx)
+{
+	setup();
+	return real.close_device_1_0 ? real.close_device_1_0(ctx) : ENOSYS;
+}

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A fake libibverbs.so.1 for the preload's host tests (no RDMA device here): the symbols and
+ * version nodes of rdma-core's libibverbs that the preload, libgdrcache and the tests use, over
+ * one fake device whose MRs are plain records. It mirrors what matters to the interposer:
+ *  - versioned entry points (fake_ibverbs.map), the 1.1 registration functions reaching
+ *    ibv_reg_mr_iova2 through the PLT as rdma-core's do, and an IBVERBS_1.0 layer whose functions
+ *    call the 1.1 ones through the PLT (rdma-core's 1.0 layer also wraps 1.0-layout objects; this
+ *    one keeps today's layouts);
+ *  - ibv_dereg_mr of anything that is not one of its MRs fails with EINVAL (so a shadow MR handed
+ *    to it is caught), ibv_dealloc_pd of a PD with MRs fails with EBUSY (as the kernel does), and
+ *    ibv_close_device counts the MRs still registered on it.
+ * Tests read its counters through fake_ibv_* (FAKE_IBVERBS node), found with dlsym.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define VERSIONED(name) __attribute__((visibility("default"), symver(name)))
+#define MR_MAGIC 0x4d52u
+#define PD_MAGIC 0x5044u
+
+struct fake_mr {
+	struct ibv_mr mr;
+	unsigned magic;
+	int access;
+	uint64_t iova;
+	struct fake_mr *next;
+};
+
+struct fake_pd {
+	struct ibv_pd pd;
+	unsigned magic;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_mr *mrs;
+static uint32_t next_key = 0x1000;
+static uint32_t next_handle = 1;
+static struct ibv_device device;
+/* PDs come from a static pool, so that a PD a test leaves behind at ibv_close_device (as the kernel
+ * would free it) is no leak; a freed one is reused at once, at the same address. */
+static struct fake_pd pd_pool[64];
+
+enum { C_REG, C_REG_1_0, C_DEREG, C_DEREG_1_0, C_DMABUF, C_REREG, C_DEALLOC_PD, C_DEALLOC_PD_1_0,
+       C_CLOSE, C_CLOSE_1_0, C_CLOSE_LEFT, C_DEREG_BAD, C_N };
+static const char *const names[C_N] = {
+	"reg", "reg_1_0", "dereg", "dereg_1_0", "dmabuf", "rereg", "dealloc_pd", "dealloc_pd_1_0",
+	"close", "close_1_0", "close_left", "dereg_bad",
+};
+static uint64_t counts[C_N];
+
+static void count(int c)
+{
+	__atomic_fetch_add(&counts[c], 1, __ATOMIC_RELAXED);
+}
+
+/* ---- Control API (FAKE_IBVERBS) ----------------------------------------------------------------- */
+
+/* A counter by name ("reg", "dereg", ...; see names[]), or UINT64_MAX for an unknown name. */
+EXPORT uint64_t fake_ibv_count(const char *name)
+{
+	for (int i = 0; i < C_N; i++)
+		if (!strcmp(name, names[i]))
+			return __atomic_load_n(&counts[i], __ATOMIC_RELAXED);
+	return UINT64_MAX;
+}
+
+/* MRs registered now on pd (NULL: on every PD). */
+EXPORT unsigned fake_ibv_live_mrs(const struct ibv_pd *pd)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr *m = mrs; m; m = m->next)
+		n += !pd || m->mr.pd == pd;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+/* Whether mr is one of this library's live MRs (not a shadow made by someone else). */
+EXPORT int fake_ibv_is_mr(const struct ibv_mr *mr)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr *m = mrs; m && !found; m = m->next)
+		found = &m->mr == mr;
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+/* The access flags and iova a live MR was registered with; -ENOENT if it is not one. */
+EXPORT int fake_ibv_mr_info(const struct ibv_mr *mr, int *access, uint64_t *iova)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr *m = mrs; m; m = m->next) {
+		if (&m->mr == mr) {
+			*access = m->access;
+			*iova = m->iova;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* ---- Devices, contexts, PDs ------------------------------------------------------------------------ */
+
+VERSIONED("ibv_get_device_list@@IBVERBS_1.1")
+struct ibv_device **fake_get_device_list(int *num)
+{
+	struct ibv_device **l = calloc(2, sizeof(*l));
+
+	if (!l) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	strcpy(device.name, "fake0");
+	strcpy(device.dev_name, "fake0");
+	l[0] = &device;
+	if (num)
+		*num = 1;
+	return l;
+}
+
+VERSIONED("ibv_free_device_list@@IBVERBS_1.1")
+void fake_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+VERSIONED("ibv_get_device_name@@IBVERBS_1.1")
+const char *fake_get_device_name(struct ibv_device *d)
+{
+	return d->name;
+}
+
+VERSIONED("ibv_open_device@@IBVERBS_1.1")
+struct ibv_context *fake_open_device(struct ibv_device *d)
+{
+	struct ibv_context *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->device = d;
+	c->cmd_fd = -1;
+	c->async_fd = -1;
+	return c;
+}
+
+static unsigned mrs_on_context(const struct ibv_context *c)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr *m = mrs; m; m = m->next)
+		n += m->mr.context == c;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+VERSIONED("ibv_close_device@@IBVERBS_1.1")
+int fake_close_device(struct ibv_context *c)
+{
+	unsigned left = mrs_on_context(c);
+
+	count(C_CLOSE);
+	__atomic_fetch_add(&counts[C_CLOSE_LEFT], left, __ATOMIC_RELAXED);
+	/* The kernel frees the device's MRs with it: forget them (their memory leaks, as it does in
+	 * rdma-core when a program closes a device with MRs registered). */
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr **p = &mrs; *p;) {
+		if ((*p)->mr.context == c) {
+			struct fake_mr *m = *p;
+
+			*p = m->next;
+			m->magic = 0;
+			free(m);
+		} else {
+			p = &(*p)->next;
+		}
+	}
+	for (unsigned i = 0; i < sizeof(pd_pool) / sizeof(pd_pool[0]); i++)
+		if (pd_pool[i].magic == PD_MAGIC && pd_pool[i].pd.context == c)
+			pd_pool[i].magic = 0;
+	pthread_mutex_unlock(&lock);
+	free(c);
+	return 0;
+}
+
+VERSIONED("ibv_alloc_pd@@IBVERBS_1.1")
+struct ibv_pd *fake_alloc_pd(struct ibv_context *c)
+{
+	struct fake_pd *p = NULL;
+
+	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < sizeof(pd_pool) / sizeof(pd_pool[0]) && !p; i++)
+		if (pd_pool[i].magic != PD_MAGIC)
+			p = &pd_pool[i];
+	if (p)
+		p->magic = PD_MAGIC;
+	pthread_mutex_unlock(&lock);
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p->pd.context = c;
+	p->pd.handle = __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED);
+	return &p->pd;
+}
+
+VERSIONED("ibv_dealloc_pd@@IBVERBS_1.1")
+int fake_dealloc_pd(struct ibv_pd *pd)
+{
+	struct fake_pd *p = (struct fake_pd *)pd;
+
+	count(C_DEALLOC_PD);
+	if (!pd || p->magic != PD_MAGIC)
+		return EINVAL;
+	if (fake_ibv_live_mrs(pd))
+		return EBUSY;
+	pthread_mutex_lock(&lock);
+	p->magic = 0;
+	pthread_mutex_unlock(&lock);
+	return 0;
+}
+
+/* ---- Memory regions ---------------------------------------------------------------------------------- */
+
+VERSIONED("ibv_reg_mr_iova2@@IBVERBS_1.8")
+struct ibv_mr *fake_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				 unsigned int access)
+{
+	struct fake_mr *m;
+
+	count(C_REG);
+	if (!pd || ((struct fake_pd *)pd)->magic != PD_MAGIC || !len) {
+		errno = EINVAL;
+		return NULL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = len;
+	m->access = (int)access;
+	m->iova = iova;
+	m->magic = MR_MAGIC;
+	pthread_mutex_lock(&lock);
+	m->mr.handle = next_handle++;
+	m->mr.lkey = next_key++;
+	m->mr.rkey = next_key++;
+	m->next = mrs;
+	mrs = m;
+	pthread_mutex_unlock(&lock);
+	return &m->mr;
+}
+
+/* ibv_reg_mr / ibv_reg_mr_iova reach ibv_reg_mr_iova2 through the PLT, as in rdma-core. */
+VERSIONED("ibv_reg_mr@@IBVERBS_1.1")
+struct ibv_mr *fake_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, (unsigned)access);
+}
+
+VERSIONED("ibv_reg_mr_iova@@IBVERBS_1.7")
+struct ibv_mr *fake_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, len, iova, (unsigned)access);
+}
+
+VERSIONED("ibv_reg_dmabuf_mr@@IBVERBS_1.12")
+struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+				  int fd, int access)
+{
+	struct ibv_mr *mr;
+
+	count(C_DMABUF);
+	if (fd < 0) {
+		errno = EBADF;
+		return NULL;
+	}
+	mr = ibv_reg_mr_iova2(pd, (void *)(uintptr_t)offset, len, iova, (unsigned)access);
+	if (mr)
+		mr->addr = (void *)(uintptr_t)iova;
+	return mr;
+}
+
+static struct fake_mr *unlink_mr(struct ibv_mr *mr)
+{
+	struct fake_mr *found = NULL;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr **p = &mrs; *p; p = &(*p)->next) {
+		if (&(*p)->mr == mr) {
+			found = *p;
+			*p = found->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+VERSIONED("ibv_dereg_mr@@IBVERBS_1.1")
+int fake_dereg_mr(struct ibv_mr *mr)
+{
+	struct fake_mr *m;
+
+	count(C_DEREG);
+	m = unlink_mr(mr);
+	if (!m) {
+		count(C_DEREG_BAD);
+		return EINVAL;
+	}
+	m->magic = 0;
+	free(m);
+	return 0;
+}
+
+VERSIONED("ibv_rereg_mr@@IBVERBS_1.1")
+int fake_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+		  int access)
+{
+	int found;
+
+	count(C_REREG);
+	found = fake_ibv_is_mr(mr);
+	if (!found || flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->addr = addr;
+		mr->length = len;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		((struct fake_mr *)mr)->access = access;
+	return 0;
+}
+
+/* ---- IBVERBS_1.0: through the PLT to the 1.1 functions -------------------------------------------- */
+
+VERSIONED("ibv_reg_mr@IBVERBS_1.0")
+struct ibv_mr *fake_reg_mr_1_0(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	count(C_REG_1_0);
+	return ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, (unsigned)access);
+}
+
+VERSIONED("ibv_dereg_mr@IBVERBS_1.0")
+int fake_dereg_mr_1_0(struct ibv_mr *mr)
+{
+	count(C_DEREG_1_0);
+	return ibv_dereg_mr(mr);
+}
+
+VERSIONED("ibv_dealloc_pd@IBVERBS_1.0")
+int fake_dealloc_pd_1_0(struct ibv_pd *pd)
+{
+	count(C_DEALLOC_PD_1_0);
+	return ibv_dealloc_pd(pd);
+}
+
+VERSIONED("ibv_close_device@IBVERBS_1.0")
+int fake_close_device_1_0(struct ibv_context *c)
+{
+	count(C_CLOSE_1_0);
+	return ibv_close_device(c);
+}
