@@ -12,6 +12,7 @@
 
 #include "cuda_abi.h"
 #include "gdrcache_int.h"
+#include "hooks.h"
 
 static struct {
 	int status;                 /* 0, or -ENODEV */
@@ -28,6 +29,7 @@ static struct {
 	gdr_cuCtxSetFlags_t ctx_set_flags;      /* NULL before CUDA 12.1 */
 	gdr_cuDeviceGetAttribute_t device_attr;
 	gdr_cuMemGetHandleForAddressRange_t dmabuf;  /* NULL before CUDA 11.7 */
+	void *handle;               /* libcuda's dlopen handle (hooks.c) */
 } cu = { .status = -ENODEV };
 
 /* Contexts that already have CU_CTX_SYNC_MEMOPS from us. */
@@ -107,6 +109,7 @@ static void cuda_load_once(void)
 		return;
 	}
 	/* The handle stays open for the life of the process: the entry points live in it. */
+	cu.handle = h;
 	cu.status = 0;
 	gdr_info("CUDA driver loaded from %s", cfg->libcuda);
 }
@@ -330,4 +333,20 @@ int gdr_cuda_device_attr(int device, int attr, int *value)
 		return -ENODEV;
 	rc = cu.device_attr(value, attr, device);
 	return rc == GDR_CUDA_SUCCESS ? 0 : -EIO;
+}
+
+void *gdr_cuda_libcuda_handle(void)
+{
+	return cu.status ? NULL : cu.handle;
+}
+
+gdr_CUcontext gdr_cuda_context_borrow(int device, int *err)
+{
+	*err = cu.status;
+	return cu.status ? NULL : context_borrow(device, err);
+}
+
+void gdr_cuda_context_return(gdr_CUcontext borrowed)
+{
+	context_return(borrowed);
 }

@@ -52,6 +52,17 @@
  *    cuCtxGetFlags, cuMemAlloc, cuMemGetHandleForAddressRange, cuMemGetAddressRange and
  *    DEVICE_POINTER return CUDA_ERROR_INVALID_CONTEXT.
  *  - Context flags read back as the set flags | CU_CTX_MAP_HOST (0x8).
+ *  - How the CUDA runtime reaches the driver (FACTS.md): dlsym(handle, "cuGetProcAddress_v2") once,
+ *    then everything through it, by base name with a cudaVersion and flags: "cuGetProcAddress" at
+ *    11030 (the v1 function) and 12000 (the v2 function), "cuMemFree" at 3020 (cuMemFree_v2),
+ *    "cuMemFreeAsync" with flags 0 and 2 (PER_THREAD_DEFAULT_STREAM: the _ptsz function),
+ *    "cuDevicePrimaryCtxRelease"/"Reset" at 7000 (the v1 functions; _v2 from 11000), "cuCtxDestroy"
+ *    (_v2 from 4000). Simulated: that table; a flags-2 lookup of a function with a _ptsz variant
+ *    returns it. Simulated without measurement: cuCtxDestroy(_v2), cuDevicePrimaryCtxReset(_v2),
+ *    and the last cuDevicePrimaryCtxRelease(_v2) after as many retains free every allocation of the
+ *    context (DEVICE, POOL, MANAGED, HOST; not VMM) and the fake's one context stays usable (as if
+ *    recreated); cuIpcOpenMemHandle_v2 maps a fresh DEVICE allocation (of the size in the handle's
+ *    first 8 bytes, 2 MiB if 0) that cuIpcCloseMemHandle frees; cuMemUnmap is fake_cuda_vmm_unmap.
  *  - Device attributes: 0 and >= 148 (CU_DEVICE_ATTRIBUTE_MAX): INVALID_VALUE; device 1:
  *    INVALID_DEVICE. cuGetErrorName of an unknown code: INVALID_VALUE, *str = NULL.
  */
@@ -150,7 +161,11 @@ static int g_pool_handle; /* what MEMPOOL_HANDLE points at */
 	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
 	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
 	X(cuMemAllocManaged) X(cuMemAllocAsync) X(cuMemFreeAsync)                                   \
-	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)
+	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)                                                      \
+	X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemUnmap) X(cuCtxDestroy)                \
+	X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)               \
+	X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) X(cuIpcOpenMemHandle_v2)      \
+	X(cuIpcCloseMemHandle)
 
 enum entry {
 #define X(n) E_##n,
@@ -252,6 +267,7 @@ static int g_min_version_override[E_COUNT]; /* 0: default */
 static uint64_t g_dmabuf_exports;
 static fake_cuda_free_observer_t g_observer;
 static void *g_observer_arg;
+static unsigned g_primary_refs; /* cuDevicePrimaryCtxRetain minus Release (never reset) */
 static int g_sim_fd = -1;
 static bool g_sim_broken; /* FAKE_CUDA_P2P_SIM set but the device could not be opened */
 
@@ -1368,8 +1384,102 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (dev != 0)
 		return CUDA_ERROR_INVALID_DEVICE;
+	lock();
+	g_primary_refs++;
+	unlock();
 	*pctx = &g_ctx;
 	return CUDA_SUCCESS;
+}
+
+/* A context destroyed: every allocation made in it goes (observer called for each). */
+static void context_memory_free(void)
+{
+	const unsigned kinds = K(DEVICE) | K(POOL) | K(MANAGED) | K(HOST);
+
+	for (;;) {
+		uint64_t va = 0;
+
+		lock();
+		for (size_t i = 0; i < g_allocs.n && !va; i++) {
+			const struct alloc *a = (const struct alloc *)g_allocs.v[i];
+
+			if (kinds & (1u << a->kind))
+				va = a->sp.va;
+		}
+		unlock();
+		if (!va || free_kind(va, kinds))
+			return;
+	}
+}
+
+static CUresult ctx_destroy(CUcontext ctx)
+{
+	if (ctx != &g_ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	context_memory_free();
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+	ENTER(cuCtxDestroy, true);
+	return ctx_destroy(ctx);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	ENTER(cuCtxDestroy_v2, true);
+	return ctx_destroy(ctx);
+}
+
+static CUresult primary_reset(CUdevice dev)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	context_memory_free();
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxReset, true);
+	return primary_reset(dev);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxReset_v2, true);
+	return primary_reset(dev);
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+	bool last;
+
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	lock();
+	if (!g_primary_refs) {
+		unlock();
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	last = --g_primary_refs == 0;
+	unlock();
+	if (last)
+		context_memory_free();
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRelease, true);
+	return primary_release(dev);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRelease_v2, true);
+	return primary_release(dev);
 }
 
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
@@ -1834,6 +1944,47 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	(void)hStream;
+	ENTER(cuMemAllocAsync_ptsz, true);
+	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	(void)hStream;
+	ENTER(cuMemFreeAsync_ptsz, true);
+	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	ENTER(cuMemUnmap, true);
+	return fake_cuda_vmm_unmap(ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+typedef struct {
+	char reserved[64];
+} CUipcMemHandle;
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+	uint64_t size;
+
+	ENTER(cuIpcOpenMemHandle_v2, true);
+	memcpy(&size, handle.reserved, sizeof(size));
+	if (flags > 1) /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+		return CUDA_ERROR_INVALID_VALUE;
+	return entry_alloc(FAKE_CUDA_KIND_DEVICE, pdptr, size ? size : CHUNK);
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	ENTER(cuIpcCloseMemHandle, true);
+	return fake_cuda_free(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 /* ---- cuGetProcAddress ----------------------------------------------------------------------- */
 
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
@@ -1845,41 +1996,57 @@ static const struct {
 	enum entry e;
 	void *fn;
 	int min_version; /* the CUDA version that introduced it */
+	void *ptsz;      /* the PER_THREAD_DEFAULT_STREAM variant, if any */
+	void *v1;        /* the variant below v2_from, if any */
+	int v2_from;
 } g_procs[] = {
-	{ "cuGetProcAddress", E_cuGetProcAddress_v2, (void *)cuGetProcAddress_v2, 12000 },
-	{ "cuInit", E_cuInit, (void *)cuInit, 2000 },
-	{ "cuDriverGetVersion", E_cuDriverGetVersion, (void *)cuDriverGetVersion, 2020 },
-	{ "cuGetErrorName", E_cuGetErrorName, (void *)cuGetErrorName, 6000 },
-	{ "cuGetErrorString", E_cuGetErrorString, (void *)cuGetErrorString, 6000 },
-	{ "cuDeviceGet", E_cuDeviceGet, (void *)cuDeviceGet, 2000 },
-	{ "cuDeviceGetCount", E_cuDeviceGetCount, (void *)cuDeviceGetCount, 2000 },
-	{ "cuDeviceGetAttribute", E_cuDeviceGetAttribute, (void *)cuDeviceGetAttribute, 2000 },
-	{ "cuCtxGetCurrent", E_cuCtxGetCurrent, (void *)cuCtxGetCurrent, 4000 },
-	{ "cuCtxSetCurrent", E_cuCtxSetCurrent, (void *)cuCtxSetCurrent, 4000 },
-	{ "cuCtxGetDevice", E_cuCtxGetDevice, (void *)cuCtxGetDevice, 2000 },
-	{ "cuMemcpyHtoD", E_cuMemcpyHtoD_v2, (void *)cuMemcpyHtoD_v2, 3020 },
-	{ "cuMemcpyDtoH", E_cuMemcpyDtoH_v2, (void *)cuMemcpyDtoH_v2, 3020 },
+	{ "cuGetProcAddress", E_cuGetProcAddress_v2, (void *)cuGetProcAddress_v2, 11030,
+	  .v1 = (void *)cuGetProcAddress, .v2_from = 12000 },
+	{ "cuInit", E_cuInit, (void *)cuInit, 2000, NULL, NULL, 0 },
+	{ "cuDriverGetVersion", E_cuDriverGetVersion, (void *)cuDriverGetVersion, 2020, NULL, NULL, 0 },
+	{ "cuGetErrorName", E_cuGetErrorName, (void *)cuGetErrorName, 6000, NULL, NULL, 0 },
+	{ "cuGetErrorString", E_cuGetErrorString, (void *)cuGetErrorString, 6000, NULL, NULL, 0 },
+	{ "cuDeviceGet", E_cuDeviceGet, (void *)cuDeviceGet, 2000, NULL, NULL, 0 },
+	{ "cuDeviceGetCount", E_cuDeviceGetCount, (void *)cuDeviceGetCount, 2000, NULL, NULL, 0 },
+	{ "cuDeviceGetAttribute", E_cuDeviceGetAttribute, (void *)cuDeviceGetAttribute, 2000, NULL, NULL, 0 },
+	{ "cuCtxGetCurrent", E_cuCtxGetCurrent, (void *)cuCtxGetCurrent, 4000, NULL, NULL, 0 },
+	{ "cuCtxSetCurrent", E_cuCtxSetCurrent, (void *)cuCtxSetCurrent, 4000, NULL, NULL, 0 },
+	{ "cuCtxGetDevice", E_cuCtxGetDevice, (void *)cuCtxGetDevice, 2000, NULL, NULL, 0 },
+	{ "cuMemcpyHtoD", E_cuMemcpyHtoD_v2, (void *)cuMemcpyHtoD_v2, 3020, NULL, NULL, 0 },
+	{ "cuMemcpyDtoH", E_cuMemcpyDtoH_v2, (void *)cuMemcpyDtoH_v2, 3020, NULL, NULL, 0 },
 	{ "cuDevicePrimaryCtxRetain", E_cuDevicePrimaryCtxRetain, (void *)cuDevicePrimaryCtxRetain,
-	  7000 },
-	{ "cuCtxGetFlags", E_cuCtxGetFlags, (void *)cuCtxGetFlags, 7000 },
-	{ "cuCtxSetFlags", E_cuCtxSetFlags, (void *)cuCtxSetFlags, 12010 },
-	{ "cuPointerGetAttribute", E_cuPointerGetAttribute, (void *)cuPointerGetAttribute, 4000 },
-	{ "cuPointerGetAttributes", E_cuPointerGetAttributes, (void *)cuPointerGetAttributes, 7000 },
-	{ "cuPointerSetAttribute", E_cuPointerSetAttribute, (void *)cuPointerSetAttribute, 6000 },
-	{ "cuMemGetAddressRange", E_cuMemGetAddressRange_v2, (void *)cuMemGetAddressRange_v2, 3020 },
+	  7000, NULL, NULL, 0 },
+	{ "cuCtxGetFlags", E_cuCtxGetFlags, (void *)cuCtxGetFlags, 7000, NULL, NULL, 0 },
+	{ "cuCtxSetFlags", E_cuCtxSetFlags, (void *)cuCtxSetFlags, 12010, NULL, NULL, 0 },
+	{ "cuPointerGetAttribute", E_cuPointerGetAttribute, (void *)cuPointerGetAttribute, 4000, NULL, NULL, 0 },
+	{ "cuPointerGetAttributes", E_cuPointerGetAttributes, (void *)cuPointerGetAttributes, 7000, NULL, NULL, 0 },
+	{ "cuPointerSetAttribute", E_cuPointerSetAttribute, (void *)cuPointerSetAttribute, 6000, NULL, NULL, 0 },
+	{ "cuMemGetAddressRange", E_cuMemGetAddressRange_v2, (void *)cuMemGetAddressRange_v2, 3020, NULL, NULL, 0 },
 	{ "cuMemGetHandleForAddressRange", E_cuMemGetHandleForAddressRange,
-	  (void *)cuMemGetHandleForAddressRange, 11070 },
-	{ "cuMemAlloc", E_cuMemAlloc_v2, (void *)cuMemAlloc_v2, 3020 },
-	{ "cuMemFree", E_cuMemFree_v2, (void *)cuMemFree_v2, 3020 },
-	{ "cuMemAllocHost", E_cuMemAllocHost_v2, (void *)cuMemAllocHost_v2, 3020 },
-	{ "cuMemFreeHost", E_cuMemFreeHost, (void *)cuMemFreeHost, 2000 },
-	{ "cuMemAllocManaged", E_cuMemAllocManaged, (void *)cuMemAllocManaged, 6000 },
-	{ "cuMemAllocAsync", E_cuMemAllocAsync, (void *)cuMemAllocAsync, 11020 },
-	{ "cuMemFreeAsync", E_cuMemFreeAsync, (void *)cuMemFreeAsync, 11020 },
+	  (void *)cuMemGetHandleForAddressRange, 11070, NULL, NULL, 0 },
+	{ "cuMemAlloc", E_cuMemAlloc_v2, (void *)cuMemAlloc_v2, 3020, NULL, NULL, 0 },
+	{ "cuMemFree", E_cuMemFree_v2, (void *)cuMemFree_v2, 3020, NULL, NULL, 0 },
+	{ "cuMemAllocHost", E_cuMemAllocHost_v2, (void *)cuMemAllocHost_v2, 3020, NULL, NULL, 0 },
+	{ "cuMemFreeHost", E_cuMemFreeHost, (void *)cuMemFreeHost, 2000, NULL, NULL, 0 },
+	{ "cuMemAllocManaged", E_cuMemAllocManaged, (void *)cuMemAllocManaged, 6000, NULL, NULL, 0 },
+	{ "cuMemAllocAsync", E_cuMemAllocAsync, (void *)cuMemAllocAsync, 11020,
+	  .ptsz = (void *)cuMemAllocAsync_ptsz },
+	{ "cuMemFreeAsync", E_cuMemFreeAsync, (void *)cuMemFreeAsync, 11020,
+	  .ptsz = (void *)cuMemFreeAsync_ptsz },
+	{ "cuMemUnmap", E_cuMemUnmap, (void *)cuMemUnmap, 10020, NULL, NULL, 0 },
+	{ "cuCtxDestroy", E_cuCtxDestroy_v2, (void *)cuCtxDestroy_v2, 2000,
+	  .v1 = (void *)cuCtxDestroy, .v2_from = 4000 },
+	{ "cuDevicePrimaryCtxReset", E_cuDevicePrimaryCtxReset_v2, (void *)cuDevicePrimaryCtxReset_v2,
+	  7000, .v1 = (void *)cuDevicePrimaryCtxReset, .v2_from = 11000 },
+	{ "cuDevicePrimaryCtxRelease", E_cuDevicePrimaryCtxRelease_v2,
+	  (void *)cuDevicePrimaryCtxRelease_v2, 7000, .v1 = (void *)cuDevicePrimaryCtxRelease,
+	  .v2_from = 11000 },
+	{ "cuIpcOpenMemHandle", E_cuIpcOpenMemHandle_v2, (void *)cuIpcOpenMemHandle_v2, 11000, NULL, NULL, 0 },
+	{ "cuIpcCloseMemHandle", E_cuIpcCloseMemHandle, (void *)cuIpcCloseMemHandle, 4010, NULL, NULL, 0 },
 };
 
 /* Returns PROC_* and the function. The lock is not held. */
-static int proc_find(const char *symbol, int version, void **fn)
+static int proc_find(const char *symbol, int version, cuuint64_t flags, void **fn)
 {
 	int status = PROC_SYMBOL_NOT_FOUND;
 
@@ -1901,6 +2068,10 @@ static int proc_find(const char *symbol, int version, void **fn)
 		} else {
 			status = PROC_SUCCESS;
 			*fn = g_procs[i].fn;
+			if (g_procs[i].v1 && version < g_procs[i].v2_from)
+				*fn = g_procs[i].v1;
+			if (g_procs[i].ptsz && (flags & 2))
+				*fn = g_procs[i].ptsz;
 		}
 		break;
 	}
@@ -1922,7 +2093,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 
-	int status = proc_find(symbol, cudaVersion, pfn);
+	int status = proc_find(symbol, cudaVersion, flags, pfn);
 
 	if (symbolStatus)
 		*symbolStatus = status;
@@ -1936,7 +2107,7 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 	ENTER(cuGetProcAddress, false);
 	if (!symbol || !pfn || flags > 2)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (proc_find(symbol, cudaVersion, &fn) != PROC_SUCCESS)
+	if (proc_find(symbol, cudaVersion, flags, &fn) != PROC_SUCCESS)
 		return CUDA_ERROR_NOT_FOUND; /* *pfn untouched, as measured */
 	*pfn = fn;
 	return CUDA_SUCCESS;
