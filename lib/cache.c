@@ -840,9 +840,11 @@ static void drop_range(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 	}
 }
 
-/* Drop every entry serving the allocation that starts at `start` (a free that names only its base
- * address: cuMemFree, cuMemFreeAsync). An entry may serve part of an allocation that begins before
- * the entry does, so every entry is looked at; frees are rare next to hits. */
+/* Drop every entry serving the allocation at `start` (a free that names only its base address:
+ * cuMemFree, cuMemFreeAsync): the entries holding that address, and those with a tag (the range
+ * the driver reported when the entry was made) that holds it. An entry may serve part of an
+ * allocation that begins before the entry does, and the range the driver reports may be wider than
+ * the allocation freed, so every entry is looked at; frees are rare next to hits. */
 static void drop_allocation(struct gdr_cache *c, uint64_t start)
 {
 	size_t i = 0;
@@ -852,7 +854,7 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 		bool hit = e->base <= start && start < e->base + e->len;
 
 		for (uint32_t k = 0; !hit && k < e->ntags; k++)
-			hit = e->tags[k].start == start;
+			hit = e->tags[k].start <= start && start - e->tags[k].start < e->tags[k].size;
 		if (hit)
 			entry_stale(c, e); /* leaves the index: the next one is at i now */
 		else
