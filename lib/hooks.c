@@ -69,6 +69,11 @@
 
 /* ---- The real dlsym / dlvsym ------------------------------------------------------------------ */
 
+/* The dlsym route runs inside sanitizer runtimes' own start-up (ASan and TSan find the functions
+ * they intercept with dlsym(RTLD_NEXT, ...), which is ours), before their shadow memory exists:
+ * nothing on it may be instrumented. */
+#define GDR_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 
@@ -77,14 +82,14 @@ static dlvsym_fn real_dlvsym;
 
 /* No libc string functions on this path: it runs before sanitizer runtimes are initialised (ASan
  * finds its own interceptees with dlsym, which is ours when libgdrcache is linked). */
-static bool streq(const char *a, const char *b)
+static GDR_NO_SANITIZE bool streq(const char *a, const char *b)
 {
 	while (*a && *a == *b)
 		a++, b++;
 	return *a == *b;
 }
 
-static bool is_libc(const char *path)
+static GDR_NO_SANITIZE bool is_libc(const char *path)
 {
 	const char *base = path;
 
@@ -95,7 +100,7 @@ static bool is_libc(const char *path)
 }
 
 /* The default-version definition of name in a loaded object, from its GNU hash table. */
-static void *elf_lookup(const struct link_map *l, const char *name)
+static GDR_NO_SANITIZE void *elf_lookup(const struct link_map *l, const char *name)
 {
 	const ElfW(Sym) *symtab = NULL;
 	const ElfW(Half) *versym = NULL;
@@ -140,7 +145,7 @@ static void *elf_lookup(const struct link_map *l, const char *name)
  * asks for the next dlsym / dlvsym after libgdrcache (another interposer's, usually libc's: the
  * call below comes from this library, so RTLD_NEXT means "after libgdrcache"). Idempotent: threads
  * racing here store the same values. */
-static void hooks_init(void)
+static GDR_NO_SANITIZE void hooks_init(void)
 {
 	dlvsym_fn lv = NULL, nv;
 	dlsym_fn ls = NULL, ns;
@@ -340,7 +345,7 @@ static enum hook_kind gpa_kind(const char *s, int version)
 }
 
 /* Names as libcuda exports them (the unsuffixed ones keep their oldest ABI). */
-static enum hook_kind export_kind(const char *s)
+static GDR_NO_SANITIZE enum hook_kind export_kind(const char *s)
 {
 	if (s[0] != 'c' || s[1] != 'u')
 		return K_NONE;
@@ -383,7 +388,7 @@ static void *hooked_dlvsym(void *h, const char *name, const char *version)
 	return wrap(export_kind(name), f(h, name, version));
 }
 
-void *gdr_hooks_dlsym_route(void *h, const char *name)
+GDR_NO_SANITIZE void *gdr_hooks_dlsym_route(void *h, const char *name)
 {
 	dlsym_fn f;
 
@@ -402,7 +407,7 @@ static void *no_dlvsym(void *h, const char *name, const char *version)
 	return NULL;
 }
 
-void *gdr_hooks_dlvsym_route(void *h, const char *name, const char *version)
+GDR_NO_SANITIZE void *gdr_hooks_dlvsym_route(void *h, const char *name, const char *version)
 {
 	dlvsym_fn f;
 
