@@ -3,6 +3,8 @@
 # The main job: examples/gdr_rdma_demo, a verbs program that moves GPU buffers with RDMA WRITE,
 # registering them around every message, first with ibv_reg_mr and then through libgdrcache, and
 # verifying every payload (also after the buffer is freed and reallocated at the same address).
+# Then examples/naive_gpu_verbs, a plain verbs program without libgdrcache, as it is and under
+# LD_PRELOAD=libgdrcache-preload.so: the same verified payloads, registration through the cache.
 #
 # With an NVIDIA GPU and an RDMA device on this machine it runs here, against them. Otherwise (no
 # GPU or no NIC, as on CI) it runs inside the project's VM: Debian's own kernel in QEMU with
@@ -14,8 +16,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tests/deps.sh
 if nvidia-smi -L >/dev/null 2>&1 && [ -n "$(ibv_devices 2>/dev/null | awk 'NR > 2')" ]; then
 	cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build/demo --target gdr_rdma_demo -j"$(nproc)" >/dev/null
-	exec build/demo/examples/gdr_rdma_demo "$@"
+	cmake --build build/demo --target gdr_rdma_demo naive_gpu_verbs gdrcache_preload \
+		-j"$(nproc)" >/dev/null
+	build/demo/examples/gdr_rdma_demo "$@"
+	echo "examples/naive_gpu_verbs, then the same under LD_PRELOAD=libgdrcache-preload.so:"
+	build/demo/examples/naive_gpu_verbs
+	exec env LD_PRELOAD="$PWD/build/demo/lib/libgdrcache-preload.so" GDRCACHE_STATS=1 \
+		build/demo/examples/naive_gpu_verbs
 fi
 echo "No GPU with an RDMA device here: running the demo in the VM (soft-RoCE, simulated GPU)."
-exec bash tests/vm/run --cases '10-rxe-up,40-demo'
+exec bash tests/vm/run --cases '10-rxe-up,40-demo,41-preload-naive'

@@ -40,6 +40,18 @@ binding)
 		exit 77
 	fi
 	tname=$(basename "$test") oname=$(basename "$old")
+	# The preload exports exactly libibverbs' registration entry points, each under its node.
+	exports=$(objdump -T "$GDRP_PRELOAD" | awk '($2 == "g" || $2 == "w") && $4 != "*ABS*" && $4 != "*UND*" { print $(NF-1), $NF }' | sort)
+	expected=$(printf '%s\n' "(IBVERBS_1.0) ibv_close_device" "(IBVERBS_1.0) ibv_dealloc_pd" \
+		"(IBVERBS_1.0) ibv_dereg_mr" "(IBVERBS_1.0) ibv_reg_mr" "IBVERBS_1.1 ibv_close_device" \
+		"IBVERBS_1.1 ibv_dealloc_pd" "IBVERBS_1.1 ibv_dereg_mr" "IBVERBS_1.1 ibv_reg_mr" \
+		"IBVERBS_1.1 ibv_rereg_mr" "IBVERBS_1.12 ibv_reg_dmabuf_mr" "IBVERBS_1.7 ibv_reg_mr_iova" \
+		"IBVERBS_1.8 ibv_reg_mr_iova2" | sort)
+	if [ "$exports" = "$expected" ]; then
+		pass "the preload exports the 12 entry points under libibverbs' nodes, nothing else"
+	else
+		fail "the preload's exports differ: $(echo "$exports" | tr '\n' ',')"
+	fi
 	for sym in "ibv_reg_mr IBVERBS_1.1" "ibv_reg_mr_iova IBVERBS_1.7" "ibv_reg_mr_iova2 IBVERBS_1.8" \
 		"ibv_reg_dmabuf_mr IBVERBS_1.12" "ibv_rereg_mr IBVERBS_1.1" "ibv_dereg_mr IBVERBS_1.1" \
 		"ibv_dealloc_pd IBVERBS_1.1" "ibv_close_device IBVERBS_1.1"; do
