@@ -554,14 +554,16 @@ static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
 	return NULL;
 }
 
-/* Add tags to e, keeping them sorted by start and unique by buffer id. */
+/* Add tags to e, keeping them sorted by start and unique. One allocation may have several tags:
+ * the pieces of a pool allocation that spans several of the pool's physical chunks. */
 static int entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t i;
 
 		for (i = 0; i < e->ntags; i++)
-			if (e->tags[i].buffer_id == t[k].buffer_id)
+			if (e->tags[i].buffer_id == t[k].buffer_id && e->tags[i].start == t[k].start &&
+			    e->tags[i].size == t[k].size)
 				break;
 		if (i < e->ntags)
 			continue;
@@ -593,10 +595,16 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 	int32_t *ctr;
 	int rc = 0;
 
+	if (!tag) {
+		gdr_err("no allocation of entry [%#llx, +%llu) holds %#llx", (unsigned long long)e->base,
+			(unsigned long long)e->len, (unsigned long long)a);
+		return -EIO;
+	}
 	if (!pd)
 		access = 0;
 	for (r = e->regions; r; r = r->next)
-		if (r->pd == pd && r->access == access && r->buffer_id == id)
+		if (r->pd == pd && r->access == access && r->buffer_id == id &&
+		    r->start == tag->start && r->size == tag->size)
 			break;
 	__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
 	DL_DELETE(c->lru, e);
@@ -695,6 +703,8 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			return -EINVAL;
 		}
 		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
+					      .alloc_start = pi.alloc_start,
+					      .alloc_size = pi.alloc_size,
 					      .buffer_id = pi.buffer_id, .kind = GDR_MEM_DEVICE,
 					      .device = pi.device };
 		q = pi.start + pi.size;
@@ -853,8 +863,12 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 		struct gdr_entry *e = c->index.v[i];
 		bool hit = e->base <= start && start < e->base + e->len;
 
-		for (uint32_t k = 0; !hit && k < e->ntags; k++)
-			hit = e->tags[k].start <= start && start - e->tags[k].start < e->tags[k].size;
+		for (uint32_t k = 0; !hit && k < e->ntags; k++) {
+			const struct gdr_tag *t = &e->tags[k];
+
+			hit = (t->start <= start && start - t->start < t->size) ||
+			      (t->alloc_start <= start && start - t->alloc_start < t->alloc_size);
+		}
 		if (hit)
 			entry_stale(c, e); /* leaves the index: the next one is at i now */
 		else

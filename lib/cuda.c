@@ -162,12 +162,14 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 	info->mem_type = (int)(uint32_t)v[0];
 	info->buffer_id = v[1];
 	info->managed = (v[2] & 0xff) != 0;
-	info->start = v[3];
-	info->size = v[4];
+	info->start = info->alloc_start = v[3];
+	info->size = info->alloc_size = v[4];
 	info->device = (int)(uint32_t)v[5];
 	/* For VMM memory RANGE_* is the whole VA reservation, mapped or not; the allocation the
 	 * BUFFER_ID belongs to is the mapping. For cuMemAlloc memory the mapping is the driver's chunk
-	 * and holds the allocation. So the allocation is the intersection of the two. */
+	 * and holds the allocation. So the allocation is the intersection of the two. A stream-ordered
+	 * pool allocation may span several of the pool's physical chunks: the intersection is then the
+	 * piece holding addr, and RANGE_* (alloc_start/size) the whole allocation. */
 	if (v[7] && v[6] + v[7] > v[6]) {
 		uint64_t lo = v[6] > info->start ? v[6] : info->start;
 		uint64_t hi = v[6] + v[7] < info->start + info->size ? v[6] + v[7]
@@ -318,8 +320,11 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_err("cuMemGetHandleForAddressRange(%#llx, %llu): %s (%d)",
 			(unsigned long long)base, (unsigned long long)len, cu_err(rc), rc);
+		/* INVALID_VALUE on a range the driver calls device memory: memory it will not export
+		 * so (stream-ordered pool memory, except whole physical chunks of the pool). */
 		return rc == GDR_CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM :
-		       rc == GDR_CUDA_ERROR_NOT_SUPPORTED ? -EOPNOTSUPP : -EIO;
+		       rc == GDR_CUDA_ERROR_NOT_SUPPORTED ||
+		       rc == GDR_CUDA_ERROR_INVALID_VALUE ? -EOPNOTSUPP : -EIO;
 	}
 	*fd = h;
 	return 0;

@@ -61,6 +61,7 @@ struct gdr_ptr_info {
 	int device;            /* ordinal */
 	uint64_t buffer_id;
 	uint64_t start, size;  /* the allocation (or VMM mapping) holding the pointer */
+	uint64_t alloc_start, alloc_size; /* RANGE_*: the whole allocation (a VMM reservation) */
 };
 /* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
 int gdr_cuda_load(void);
@@ -162,7 +163,9 @@ extern const struct gdr_kmod_sys *gdr_kmod_sys;
 
 /* ---- validate.c: is a cached allocation still the one that was pinned? ----------------------- */
 struct gdr_tag {
-	uint64_t start, size;  /* the CUDA allocation (or VMM mapping) */
+	uint64_t start, size;  /* the CUDA allocation (or VMM mapping, or the physical chunk of a
+				  stream-ordered pool allocation that holds the address asked for) */
+	uint64_t alloc_start, alloc_size; /* the whole allocation as RANGE_* reports it */
 	uint64_t buffer_id;
 	uint8_t kind;          /* enum gdr_mem_kind */
 	int device;            /* CUDA ordinal */
@@ -283,13 +286,21 @@ int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
 void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_checks);
-void gdr_thr_cache_init(struct gdr_cache *c);
+void gdr_thr_cache_init(struct gdr_cache *c);  /* also decides gdr_thr_asym, once */
 void gdr_thr_cache_fini(struct gdr_cache *c);
 int gdr_slot_alloc(struct gdr_cache *c, uint32_t *slot);  /* under c->lock */
 void gdr_slot_free(struct gdr_cache *c, uint32_t slot);   /* under c->lock */
+/* Whether grace periods use membarrier(PRIVATE_EXPEDITED): the writer then makes every running
+ * thread of the process execute a full barrier, so a lookup needs no barrier of its own. */
+extern int gdr_thr_asym;
 static inline void gdr_thr_enter(struct gdr_thr *t)
 {
-	__atomic_add_fetch(&t->epoch, 1, __ATOMIC_SEQ_CST);
+	if (__builtin_expect(__atomic_load_n(&gdr_thr_asym, __ATOMIC_RELAXED), 1)) {
+		__atomic_store_n(&t->epoch, t->epoch + 1, __ATOMIC_RELAXED);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the compiler's order; the CPU's: sync */
+	} else {
+		__atomic_add_fetch(&t->epoch, 1, __ATOMIC_SEQ_CST);
+	}
 }
 static inline void gdr_thr_leave(struct gdr_thr *t)
 {

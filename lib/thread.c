@@ -10,19 +10,26 @@
  *    held while the sum over all threads is above zero. Only the cache's writers (under its lock)
  *    ever sum, and only after a grace period that makes the sum final (below).
  *  - Read-side epochs. A thread looking up the index without the lock makes its epoch odd for the
- *    duration (a seq_cst increment: one locked instruction on a line only it writes). A writer that
- *    retires an entry marks it dying, then waits until every thread has been seen with an even
- *    epoch or a later one (gdr_thr_sync): any lookup that saw the entry alive has then finished
- *    taking its hold, and every later lookup sees it dying. Memory a lookup may still read (old
- *    index snapshots, retired entries and records) is freed only after such a grace period.
+ *    duration. A writer that retires an entry marks it dying, then waits until every thread has
+ *    been seen with an even epoch or a later one (gdr_thr_sync): any lookup that saw the entry
+ *    alive has then finished taking its hold, and every later lookup sees it dying. Memory a lookup
+ *    may still read (old index snapshots, retired entries and records) is freed only after such a
+ *    grace period. The store of the epoch must be ordered before the lookup's loads: where the
+ *    kernel offers membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) the writer issues it (every running
+ *    thread of the process executes a full barrier) and a lookup needs only a compiler barrier,
+ *    as in liburcu's membarrier flavour; elsewhere the lookup increments its epoch with a locked
+ *    instruction (on a line only it writes).
  *
  * Thread records live until the cache is destroyed; a thread that exits leaves its record (and its
  * counters, which may hold references) to the next thread that comes to the cache.
  */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "gdrcache_int.h"
 
@@ -64,8 +71,31 @@ static void key_init(void)
 	pthread_key_create(&exit_key, thread_exit);
 }
 
+int gdr_thr_asym;
+static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
+
+static long membarrier(int cmd)
+{
+	return syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+static void asym_init(void)
+{
+	long cmds = membarrier(MEMBARRIER_CMD_QUERY);
+
+	if (getenv("GDRCACHE_NO_MEMBARRIER")) /* for tests of the other flavour */
+		return;
+	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
+	    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)) {
+		gdr_info("membarrier(PRIVATE_EXPEDITED) unavailable: lookups use a locked increment");
+		return;
+	}
+	__atomic_store_n(&gdr_thr_asym, 1, __ATOMIC_RELEASE);
+}
+
 void gdr_thr_cache_init(struct gdr_cache *c)
 {
+	pthread_once(&asym_once, asym_init);
 	pthread_mutex_lock(&alive_lock);
 	c->id = next_id++;
 	c->next_alive = alive;
@@ -173,7 +203,14 @@ void gdr_thr_zero(struct gdr_cache *c, uint32_t slot)
 void gdr_thr_sync(struct gdr_cache *c)
 {
 	/* The caller's seq_cst store (an entry or record marked dying) is ordered before these
-	 * seq_cst loads, as a lookup's seq_cst epoch increment is before its load of the state. */
+	 * seq_cst loads, as a lookup's epoch increment is before its load of the state: by the
+	 * lookup's locked increment, or by the barrier membarrier makes every running thread
+	 * execute now (a thread not running passes one when it is switched in). */
+	if (__atomic_load_n(&gdr_thr_asym, __ATOMIC_ACQUIRE) &&
+	    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+		gdr_log_once(GDR_LOG_ERROR, "membarrier failed after it was registered");
+		abort(); /* cannot happen once registered; never run a grace period without it */
+	}
 	for (struct gdr_thr *t = __atomic_load_n(&c->threads, __ATOMIC_ACQUIRE); t; t = t->next) {
 		uint64_t e = __atomic_load_n(&t->epoch, __ATOMIC_SEQ_CST);
 
