@@ -172,6 +172,7 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		free(c);
 		return rc;
 	}
+	c->may_revoke = c->backend->ops->revoked != gdr_backend_never_revoked;
 	c->snap = gdr_snap_build(&c->index);
 	if (!c->snap) {
 		c->backend->ops->close(c->backend);
@@ -516,7 +517,7 @@ static int evict(struct gdr_cache *c, uint64_t need)
 /* The kernel saw the memory freed: stale, proven without asking the CUDA driver. Lock-free. */
 static bool entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
 {
-	return c->backend->ops->revoked(c->backend, &e->pin);
+	return c->may_revoke && c->backend->ops->revoked(c->backend, &e->pin);
 }
 
 /* Validate the tags of e that overlap [a, a+len), or all of them (all = true). Under the lock.
@@ -647,7 +648,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 		r->mr = m ? m->mr : NULL;
 		region_link(e, r);
 	}
-	ctr = gdr_thr_counter(t, r->slot, true);
+	ctr = gdr_thr_counter_alloc(t, r->slot);
 	if (!ctr) {
 		rc = -ENOMEM;
 		goto out;
@@ -1013,7 +1014,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 				break;
 		}
 		if (r)
-			ctr = gdr_thr_counter(t, r->slot, false);
+			ctr = gdr_thr_counter(t, r->slot);
 		if (ctr)
 			__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1,
 					 __ATOMIC_RELAXED);
@@ -1117,7 +1118,9 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	if (!r->entry)
 		return host_put(c, r);
 	t = gdr_thr_get(c);
-	ctr = t ? gdr_thr_counter(t, r->slot, true) : NULL;
+	ctr = t ? gdr_thr_counter(t, r->slot) : NULL;
+	if (t && !ctr)
+		ctr = gdr_thr_counter_alloc(t, r->slot);
 	if (!ctr)
 		return -ENOMEM;
 	/* Read while still held: once released, the entry may be retired by another thread. */

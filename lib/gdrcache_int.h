@@ -281,7 +281,14 @@ struct gdr_thr {
 	int32_t *chunk[GDR_SLOT_CHUNKS];
 } __attribute__((aligned(64)));
 struct gdr_thr *gdr_thr_get(struct gdr_cache *c);   /* NULL: out of memory */
-int32_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot, bool alloc);
+/* This thread's counter of slot, or NULL if its chunk is not there yet (see _alloc). */
+static inline int32_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
+{
+	int32_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+
+	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
+}
+int32_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot);  /* NULL: out of memory */
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
@@ -315,6 +322,7 @@ struct gdr_cache {
 	struct gdr_snap *snap __attribute__((aligned(64)));  /* published with release */
 	uint64_t ev_next;                /* next free event to apply (events mode) */
 	bool events;                     /* validation by events: no driver call on a hit */
+	bool may_revoke;                 /* the backend has a revocation source (kmod) */
 	int over_limit;                  /* limits exceeded (by held entries): __atomic */
 	uint64_t id;                     /* unique in the process (thread.c) */
 	struct gdr_thr *threads;         /* pushed lock-free, freed at destroy */

@@ -44,8 +44,10 @@
  * the caches then check tags. The probe proves it in the running process: a fresh 2 MiB allocation
  * (no cache can hold it) freed through cuGetProcAddress as obtained by dlsym(libcuda handle,
  * "cuGetProcAddress_v2") (the runtime's path), through dlsym(handle, "cuMemFree_v2") (PyTorch's
- * kind of lookup) and through dlsym(RTLD_DEFAULT, "cuMemFree_v2") (a program linked with -lcuda;
- * skipped when libcuda is not global) must each be seen in the event ring.
+ * kind of lookup) and through what the dynamic linker binds a direct call of cuMemFree_v2 to (the
+ * real dlsym(RTLD_DEFAULT): libgdrcache's forwarder, or libcuda's own when libcuda comes first in
+ * the global scope, e.g. a program linked -lcuda ahead of -lgdrcache or under the preload library)
+ * must each be seen in the event ring.
  *
  * What it cannot see: frees through pointers resolved before libgdrcache was loaded, or by a dlsym
  * that is not the global one (a static binary, a libcuda linked statically, dlmopen namespaces,
@@ -537,8 +539,10 @@ static void probe_once(void)
 	if (fr2)
 		rc = probe_path(alloc, (free_fn)fr2, &why,
 				"a free through dlsym(libcuda, \"cuMemFree_v2\") was not seen");
-	/* (c) a program linked with -lcuda (only where libcuda is in the global scope) */
-	fr2 = rc ? NULL : dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+	/* (c) a program linked with -lcuda calls cuMemFree_v2 directly: the dynamic linker binds the
+	 * first definition in the global scope, our forwarder or libcuda's own. Asked of the real
+	 * dlsym (ours would hand back a wrapper whichever it is). */
+	fr2 = rc ? NULL : gdr_hooks_real_dlsym(RTLD_DEFAULT, "cuMemFree_v2");
 	if (fr2)
 		rc = probe_path(alloc, (free_fn)fr2, &why,
 				"a free through dlsym(RTLD_DEFAULT, \"cuMemFree_v2\") was not seen");

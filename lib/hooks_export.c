@@ -127,22 +127,25 @@ void *gdr_private_dlvsym(void *h, const char *name, const char *version)
 		__atomic_store_n(&real_, f_, __ATOMIC_RELEASE);                                    \
 	}
 
+/* Each forwarder is a hidden function, exported under the driver's name by an alias: this
+ * library's own references (gdr_hooks_exported) then bind to it even where libcuda comes first in
+ * the global scope and the exported name resolves to libcuda's. */
 #define FORWARD1(name, t1, push_start, push_len)                                                   \
-	GDR_EXPORT gdr_CUresult name(t1 a);                                                        \
-	gdr_CUresult name(t1 a)                                                                    \
+	static gdr_CUresult gdr_fwd_##name(t1 a)                                                   \
 	{                                                                                          \
 		gdr_events_push(push_start, push_len);                                             \
 		RESOLVE(#name, gdr_CUresult (*)(t1))                                               \
 		return f_(a);                                                                      \
-	}
+	}                                                                                          \
+	GDR_EXPORT gdr_CUresult name(t1 a) __attribute__((alias("gdr_fwd_" #name)));
 #define FORWARD2(name, t1, t2, push_start, push_len)                                               \
-	GDR_EXPORT gdr_CUresult name(t1 a, t2 b);                                                  \
-	gdr_CUresult name(t1 a, t2 b)                                                              \
+	static gdr_CUresult gdr_fwd_##name(t1 a, t2 b)                                             \
 	{                                                                                          \
 		gdr_events_push(push_start, push_len);                                             \
 		RESOLVE(#name, gdr_CUresult (*)(t1, t2))                                           \
 		return f_(a, b);                                                                   \
-	}
+	}                                                                                          \
+	GDR_EXPORT gdr_CUresult name(t1 a, t2 b) __attribute__((alias("gdr_fwd_" #name)));
 
 FORWARD1(cuMemFree_v2, gdr_CUdeviceptr, a, 0)
 FORWARD1(cuMemFree, unsigned int, a, 0)
@@ -160,8 +163,8 @@ FORWARD1(cuDevicePrimaryCtxRelease_v2, gdr_CUdevice, 0, GDR_EVENT_ALL_LEN)
 
 /* cuGetProcAddress (v1 ABI, as libcuda exports it under this name) and _v2: what they hand out is
  * wrapped as through the dlsym route. */
-GDR_EXPORT gdr_CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags);
-gdr_CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags)
+static gdr_CUresult gdr_fwd_cuGetProcAddress(const char *sym, void **pfn, int version,
+					    uint64_t flags)
 {
 	RESOLVE("cuGetProcAddress", gdr_cuGetProcAddress_v1_t)
 	gdr_CUresult rc = f_(sym, pfn, version, flags);
@@ -171,10 +174,8 @@ gdr_CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t
 	return rc;
 }
 
-GDR_EXPORT gdr_CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version,
-					    uint64_t flags, int *status);
-gdr_CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, uint64_t flags,
-				 int *status)
+static gdr_CUresult gdr_fwd_cuGetProcAddress_v2(const char *sym, void **pfn, int version,
+					       uint64_t flags, int *status)
 {
 	RESOLVE("cuGetProcAddress_v2", gdr_cuGetProcAddress_v2_t)
 	gdr_CUresult rc = f_(sym, pfn, version, flags, status);
@@ -184,13 +185,20 @@ gdr_CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, uint6
 	return rc;
 }
 
+GDR_EXPORT gdr_CUresult cuGetProcAddress(const char *sym, void **pfn, int version, uint64_t flags)
+	__attribute__((alias("gdr_fwd_cuGetProcAddress")));
+GDR_EXPORT gdr_CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version,
+					    uint64_t flags, int *status)
+	__attribute__((alias("gdr_fwd_cuGetProcAddress_v2")));
+
 void *const gdr_hooks_exported[] = {
-	(void *)cuMemFree_v2, (void *)cuMemFree, (void *)cuMemFreeAsync,
-	(void *)cuMemFreeAsync_ptsz, (void *)cuMemFreeHost, (void *)cuMemUnmap,
-	(void *)cuIpcCloseMemHandle, (void *)cuCtxDestroy, (void *)cuCtxDestroy_v2,
-	(void *)cuDevicePrimaryCtxReset, (void *)cuDevicePrimaryCtxReset_v2,
-	(void *)cuDevicePrimaryCtxRelease, (void *)cuDevicePrimaryCtxRelease_v2,
-	(void *)cuGetProcAddress, (void *)cuGetProcAddress_v2, NULL,
+	(void *)gdr_fwd_cuMemFree_v2, (void *)gdr_fwd_cuMemFree, (void *)gdr_fwd_cuMemFreeAsync,
+	(void *)gdr_fwd_cuMemFreeAsync_ptsz, (void *)gdr_fwd_cuMemFreeHost,
+	(void *)gdr_fwd_cuMemUnmap, (void *)gdr_fwd_cuIpcCloseMemHandle,
+	(void *)gdr_fwd_cuCtxDestroy, (void *)gdr_fwd_cuCtxDestroy_v2,
+	(void *)gdr_fwd_cuDevicePrimaryCtxReset, (void *)gdr_fwd_cuDevicePrimaryCtxReset_v2,
+	(void *)gdr_fwd_cuDevicePrimaryCtxRelease, (void *)gdr_fwd_cuDevicePrimaryCtxRelease_v2,
+	(void *)gdr_fwd_cuGetProcAddress, (void *)gdr_fwd_cuGetProcAddress_v2, NULL,
 };
 
 /* ---- Private entry points (GDRCACHE_PRIVATE: no compatibility promise) ------------------------- */

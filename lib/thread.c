@@ -35,12 +35,15 @@
 
 #define TLS_SLOTS 4
 
-/* This thread's records, by cache id (ids are never reused, pointers may be). */
-static __thread struct {
+/* This thread's records, by cache id (ids are never reused, pointers may be). Initial-exec: read
+ * on every hit, where the general-dynamic model would call __tls_get_addr each time; 68 bytes fit
+ * the static TLS glibc keeps for libraries loaded later with dlopen. */
+#define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
+static GDR_TLS struct {
 	uint64_t id;
 	struct gdr_thr *t;
 } tls[TLS_SLOTS];
-static __thread unsigned tls_next;
+static GDR_TLS unsigned tls_next;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
@@ -163,18 +166,18 @@ struct gdr_thr *gdr_thr_get(struct gdr_cache *c)
 	return thr_attach(c);
 }
 
-int32_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot, bool alloc)
+int32_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
 {
 	int32_t **pc = &t->chunk[slot / GDR_SLOT_CHUNK];
 	int32_t *ch = __atomic_load_n(pc, __ATOMIC_ACQUIRE);
 
-	if (!ch && alloc) {
+	if (!ch) {
 		ch = calloc(GDR_SLOT_CHUNK, sizeof(*ch));
 		if (!ch)
 			return NULL;
 		__atomic_store_n(pc, ch, __ATOMIC_RELEASE); /* only its own thread installs it */
 	}
-	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
+	return &ch[slot % GDR_SLOT_CHUNK];
 }
 
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot)
