@@ -218,6 +218,7 @@ static void publish(struct gdr_cache *c)
 	if (!s)
 		return; /* lookups keep the old one, whose retired entries are not LIVE; retried later */
 	old = c->snap;
+	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of the old one are void */
 	__atomic_store_n(&c->snap, s, __ATOMIC_RELEASE);
 	old->defer = c->old_snaps;
 	c->old_snaps = old;
@@ -996,28 +997,40 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	struct gdr_region *r = NULL;
 	int32_t *ctr = NULL;
 	struct gdr_snap *s;
+	uint64_t gen;
 
 	if (!pd)
 		access = 0;
 	if (c->events && gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
 		return 1; /* a free to apply first */
 	gdr_thr_enter(t);
-	s = __atomic_load_n(&c->snap, __ATOMIC_ACQUIRE);
-	e = gdr_snap_find(s, a);
-	if (e && a + len <= e->base + e->len &&
-	    __atomic_load_n(&e->state, __ATOMIC_SEQ_CST) == GDR_LIVE) {
-		for (r = __atomic_load_n(&e->regions, __ATOMIC_ACQUIRE); r;
-		     r = __atomic_load_n(&r->next, __ATOMIC_ACQUIRE)) {
-			if (r->pd == pd && r->access == access && r->start <= a &&
-			    a + len <= r->start + r->size &&
-			    __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == GDR_LIVE)
+	gen = __atomic_load_n(&c->gen, __ATOMIC_SEQ_CST);
+	r = t->memo;
+	if (t->memo_gen == gen && r && r->pd == pd && r->access == access && r->start <= a &&
+	    a + len <= r->start + r->size) {
+		/* The same record as this thread's last hit, and nothing retired since: no search. */
+		e = r->entry;
+	} else {
+		r = NULL;
+		s = __atomic_load_n(&c->snap, __ATOMIC_ACQUIRE);
+		e = gdr_snap_find(s, a);
+		for (struct gdr_region *q = e ? __atomic_load_n(&e->regions, __ATOMIC_ACQUIRE) : NULL;
+		     q; q = __atomic_load_n(&q->next, __ATOMIC_ACQUIRE)) {
+			if (q->pd == pd && q->access == access && q->start <= a &&
+			    a + len <= q->start + q->size) {
+				r = q;
 				break;
+			}
 		}
-		if (r)
-			ctr = gdr_thr_counter(t, r->slot);
-		if (ctr)
-			__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1,
-					 __ATOMIC_RELAXED);
+	}
+	if (r && e->base <= a && a + len <= e->base + e->len &&
+	    __atomic_load_n(&e->state, __ATOMIC_SEQ_CST) == GDR_LIVE &&
+	    __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == GDR_LIVE)
+		ctr = gdr_thr_counter(t, r->slot);
+	if (ctr) {
+		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+		t->memo = r;
+		t->memo_gen = gen;
 	}
 	gdr_thr_leave(t);
 	if (!ctr)
@@ -1194,6 +1207,7 @@ static bool entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const str
 			return false;
 		}
 	}
+	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of these records are void */
 	for (r = e->regions; r; r = rt) {
 		rt = r->next;
 		if (r->pd == pd) {

@@ -276,6 +276,8 @@ static inline struct gdr_entry *gdr_snap_find(const struct gdr_snap *s, uint64_t
 struct gdr_thr {
 	uint64_t epoch;            /* odd while looking up without the lock; written by its thread */
 	uint64_t fast_hits, tag_checks; /* counted by its thread */
+	struct gdr_region *memo;   /* the record of its last lock-free hit, valid while memo_gen is */
+	uint64_t memo_gen;         /* the cache's gen then */
 	int dead;                  /* its thread exited: the next new thread takes the record over */
 	struct gdr_thr *next;
 	int32_t *chunk[GDR_SLOT_CHUNKS];
@@ -321,6 +323,7 @@ struct gdr_cache {
 	/* Read by every hit: written only by writers, rarely. */
 	struct gdr_snap *snap __attribute__((aligned(64)));  /* published with release */
 	uint64_t ev_next;                /* next free event to apply (events mode) */
+	uint64_t gen;                    /* bumped before a snapshot or record is retired (memo) */
 	bool events;                     /* validation by events: no driver call on a hit */
 	bool may_revoke;                 /* the backend has a revocation source (kmod) */
 	int over_limit;                  /* limits exceeded (by held entries): __atomic */
