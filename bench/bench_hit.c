@@ -38,6 +38,7 @@
 #include <gdrcache.h>
 
 #include "hit_cuda.h"
+#include "machine.h"
 #include "hit_sys.h"
 
 #define KiB (1ULL << 10)
@@ -62,20 +63,7 @@ static FILE *csv;
 
 static void machine(void)
 {
-	char line[256];
-	FILE *f = fopen("/proc/cpuinfo", "r");
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, "model name");
-
-		if (p && (p = strchr(p, ':'))) {
-			snprintf(cpu_model, sizeof(cpu_model), "%s", p + 2);
-			cpu_model[strcspn(cpu_model, "\n")] = 0;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
+	bench_cpu_model(cpu_model, sizeof(cpu_model));
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 }
 

@@ -27,6 +27,8 @@
 
 #include <gdrcache.h>
 
+#include "machine.h"
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 static CUresult (*cuInit)(unsigned);
@@ -78,21 +80,10 @@ static int load_cuda(char *gpu, int len, int *driver)
 
 static void machine(char *out, size_t len)
 {
-	char host[64] = "?", line[256], cpu[128] = "?";
-	FILE *f = fopen("/proc/cpuinfo", "r");
+	char host[64] = "?", cpu[128];
 
 	gethostname(host, sizeof(host));
-	while (f && fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, "model name");
-
-		if (p && (p = strchr(p, ':'))) {
-			snprintf(cpu, sizeof(cpu), "%s", p + 2);
-			cpu[strcspn(cpu, "\n")] = 0;
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
+	bench_cpu_model(cpu, sizeof(cpu));
 	snprintf(out, len, "%s, %s, %ld CPUs", host, cpu, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
