@@ -46,6 +46,7 @@ static GDR_TLS struct {
 static GDR_TLS unsigned tls_next;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+int gdr_thr_asym;
 static pthread_key_t exit_key;
 /* Caches alive, by id, so that a thread exiting touches only records of live caches. */
 static pthread_mutex_t alive_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,7 +75,47 @@ static void key_init(void)
 	pthread_key_create(&exit_key, thread_exit);
 }
 
-int gdr_thr_asym;
+/* fork(): the child has one thread. Every cache's lock is taken around the fork so that the child
+ * does not inherit one held by a thread it does not have, and the other threads' records are left
+ * out of the child's grace periods (a thread caught inside a lookup would be waited for forever). */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&alive_lock);
+	for (struct gdr_cache *c = alive; c; c = c->next_alive)
+		pthread_mutex_lock(&c->lock);
+}
+
+static void fork_parent(void)
+{
+	for (struct gdr_cache *c = alive; c; c = c->next_alive)
+		pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&alive_lock);
+}
+
+static long membarrier(int cmd);
+
+static void fork_child(void)
+{
+	/* The child is a new mm: register it for membarrier too, or go without it (one thread, none
+	 * inside a lookup now, so the switch is safe). */
+	if (__atomic_load_n(&gdr_thr_asym, __ATOMIC_RELAXED) &&
+	    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
+		__atomic_store_n(&gdr_thr_asym, 0, __ATOMIC_RELAXED);
+	for (struct gdr_cache *c = alive; c; c = c->next_alive) {
+		for (struct gdr_thr *t = c->threads; t; t = t->next) {
+			bool mine = false;
+
+			for (unsigned i = 0; i < TLS_SLOTS; i++)
+				mine |= tls[i].id == c->id && tls[i].t == t;
+			t->epoch &= ~1ULL;
+			if (!mine)
+				t->dead = 1; /* its counters still count: the holds it made are held */
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&alive_lock);
+}
+
 static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
 
 static long membarrier(int cmd)
@@ -96,9 +137,17 @@ static void asym_init(void)
 	__atomic_store_n(&gdr_thr_asym, 1, __ATOMIC_RELEASE);
 }
 
+static void atfork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 void gdr_thr_cache_init(struct gdr_cache *c)
 {
+	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
 	pthread_once(&asym_once, asym_init);
+	pthread_once(&fork_once, atfork_init);
 	pthread_mutex_lock(&alive_lock);
 	c->id = next_id++;
 	c->next_alive = alive;

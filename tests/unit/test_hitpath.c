@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "events.h"
@@ -378,6 +380,54 @@ static void test_threads_share_and_own(void **state)
 		free_evented(mine[i]);
 }
 
+static volatile int spin_stop;
+
+static void *spinner(void *arg)
+{
+	uint64_t a = (uint64_t)(uintptr_t)arg;
+
+	while (!spin_stop) {
+		struct gdr_region *r = NULL;
+
+		if (!gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r))
+			gdr_dereg(r);
+	}
+	return NULL;
+}
+
+static void test_fork_child_uses_cache(void **state)
+{
+	/* Another thread hits without pause while this one forks: the child, which has only this
+	 * thread, must still be able to retire entries (a grace period must not wait for a thread
+	 * the child does not have) and take the cache's lock. */
+	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB);
+	pthread_t t;
+	int status = -1;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(pthread_create(&t, NULL, spinner, (void *)(uintptr_t)a), 0);
+	for (int i = 0; i < 20; i++) {
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			struct gdr_region *r = NULL;
+			int ok = gdr_reg(cache, NULL, (void *)(uintptr_t)b, 4096, 0, &r) == 0 &&
+				 gdr_dereg(r) == 0 && gdr_cache_flush(cache) >= 1;
+
+			_exit(ok ? 0 : 1);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	spin_stop = 1;
+	pthread_join(t, NULL);
+	free_evented(a);
+	free_evented(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -395,6 +445,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_release_pd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_share_and_own, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
