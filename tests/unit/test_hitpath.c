@@ -380,13 +380,13 @@ static void test_threads_share_and_own(void **state)
 		free_evented(mine[i]);
 }
 
-static volatile int spin_stop;
+static int spin_stop; /* __atomic */
 
 static void *spinner(void *arg)
 {
 	uint64_t a = (uint64_t)(uintptr_t)arg;
 
-	while (!spin_stop) {
+	while (!__atomic_load_n(&spin_stop, __ATOMIC_RELAXED)) {
 		struct gdr_region *r = NULL;
 
 		if (!gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r))
@@ -422,7 +422,7 @@ static void test_fork_child_uses_cache(void **state)
 		assert_true(WIFEXITED(status));
 		assert_int_equal(WEXITSTATUS(status), 0);
 	}
-	spin_stop = 1;
+	__atomic_store_n(&spin_stop, 1, __ATOMIC_RELAXED);
 	pthread_join(t, NULL);
 	free_evented(a);
 	free_evented(b);
