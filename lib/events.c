@@ -53,10 +53,3 @@ int gdr_events_get(uint64_t seq, struct gdr_event *out)
 }
 
 int (*gdr_events_prober)(const char **why) = gdr_events_probe;
-
-/* TEMPORARY until hooks.c lands: no interception, so mode auto falls back to tag checks. */
-__attribute__((weak)) int gdr_events_probe(const char **why)
-{
-	*why = "free interception not built";
-	return -ENOSYS;
-}
