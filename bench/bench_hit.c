@@ -544,6 +544,13 @@ static void usage(void)
 	exit(2);
 }
 
+#ifdef BENCH_AS_LIBRARY
+/* libbench_hit_mw.so: the benchmark inside a shared library that links libgdrcache, as middleware
+ * carries it (bench_hit_load.c starts it, linked or dlopen'ed). */
+#define main bench_hit_main
+__attribute__((visibility("default"))) int bench_hit_main(int argc, char **argv);
+#endif
+
 int main(int argc, char **argv)
 {
 	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0;
@@ -591,6 +598,9 @@ int main(int argc, char **argv)
 		counts[ncounts++] = t;
 
 	printf("# bench_hit: registration-cache hits side by side, one run\n");
+	printf("# libgdrcache loaded: %s\n", getenv("BENCH_LOAD_MODE") ? getenv("BENCH_LOAD_MODE") :
+	       getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "gdrcache") ?
+	       "linked into the executable, and LD_PRELOADed" : "linked into the executable");
 	printf("# machine: GPU 0 %s; NVIDIA driver %s; CUDA driver API %d; %ld CPUs (%s)\n", hc.gpu,
 	       hc.driver, hc.cuda_version, ncpu, cpu_model);
 	if (hc.fake)

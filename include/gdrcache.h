@@ -208,6 +208,33 @@ struct gdr_cache_stats {
 /* Copy the cache's statistics. Returns 0 or -EINVAL. */
 int gdr_cache_get_stats(struct gdr_cache *cache, struct gdr_cache_stats *stats);
 
+/* The interception of the CUDA driver's free and allocation entry points, process-wide (what mode
+ * events rests on). Entry points, in the order of gdr_intercept_stats.frees[]: */
+enum gdr_free_route {
+	GDR_FREE_MEM_FREE = 0,      /* cuMemFree_v2, cuMemFree (cudaFree) */
+	GDR_FREE_MEM_FREE_ASYNC,    /* cuMemFreeAsync, cuMemFreeAsync_ptsz (cudaFreeAsync) */
+	GDR_FREE_MEM_FREE_HOST,     /* cuMemFreeHost */
+	GDR_FREE_MEM_UNMAP,         /* cuMemUnmap (VMM, PyTorch expandable segments) */
+	GDR_FREE_IPC_CLOSE,         /* cuIpcCloseMemHandle */
+	GDR_FREE_CTX,               /* cuCtxDestroy, cuDevicePrimaryCtxReset / Release: everything */
+	GDR_FREE_ROUTES
+};
+struct gdr_intercept_stats {
+	int32_t state;            /* 0: every route proven (mode events possible); else -errno */
+	char reason[116];         /* why, NUL-terminated */
+	uint64_t frees[GDR_FREE_ROUTES]; /* frees seen per entry point */
+	uint64_t released;        /* unreferenced pins released inside a free, before it returned */
+	uint64_t deferred;        /* frees whose release was left to the lock's holder (busy cache) */
+	uint64_t reg_waits;       /* registrations that waited for a free of their buffer in flight */
+	uint64_t oom_relief;      /* failed allocations (out of memory) after which pins were released */
+	uint64_t oom_retry_ok;    /* of those, retries that then succeeded */
+	uint64_t free_ns;         /* time spent in the interception of frees, in total (ns) */
+};
+/* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
+ * may grow at its end: fields past size are not written). Loads libcuda and installs the
+ * interception if that was not done yet. Returns 0, or -EINVAL (stats NULL or size too small). */
+int gdr_intercept_get_stats(struct gdr_intercept_stats *stats, size_t size);
+
 /* The backend the cache uses (after AUTO was resolved). Returns 0 or -EINVAL. */
 int gdr_cache_backend(const struct gdr_cache *cache, enum gdr_backend *backend);
 

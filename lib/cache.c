@@ -27,12 +27,31 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uthash.h>
 #include <utlist.h>
 
 #include "cuda_abi.h"
 #include "events.h"
 #include "gdrcache_int.h"
+#include "hooks.h"
+
+/* Cache locks this thread holds: an intercepted free on this thread must not wait for one. */
+__thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* Set while this thread applies events for the hooks (no recursion from cache_unlock). */
+static __thread int applying __attribute__((tls_model("initial-exec")));
+
+static void cache_lock(struct gdr_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	gdr_cache_locks_held++;
+}
+
+static void cache_unlock_plain(struct gdr_cache *c)
+{
+	gdr_cache_locks_held--;
+	pthread_mutex_unlock(&c->lock);
+}
 
 /* Buffer ids that got SYNC_MEMOPS (or proved VMM), so it is set once per allocation. */
 struct gdr_sync_set {
@@ -124,8 +143,8 @@ static int choose_validation(struct gdr_cache *c)
 			return -EOPNOTSUPP;
 		} else {
 			c->events = false;
-			gdr_log_once(GDR_LOG_INFO, "free events unavailable (%s): hits are validated "
-				     "by BUFFER_ID queries", why);
+			gdr_log_once(GDR_LOG_WARN, "free events unavailable (%s): hits are validated "
+				     "by BUFFER_ID queries (about 5 M/s for the whole process)", why);
 		}
 	}
 	c->validator = c->events ? &gdr_validate_events_ops : &gdr_validate_tag_ops;
@@ -257,13 +276,17 @@ static void reclaim(struct gdr_cache *c)
 
 static void reap_detached(struct gdr_cache *c);
 
-/* Every locked operation ends here. */
+/* Every locked operation ends here. A free whose pin release was left to a lock holder (hooks.c)
+ * is acted on now. */
 static void cache_unlock(struct gdr_cache *c)
 {
 	if (c->detached)
 		reap_detached(c);
 	reclaim(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock_plain(c);
+	if (!gdr_cache_locks_held && !applying &&
+	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
+		gdr_caches_apply_events();
 }
 
 /* ---- registration records ------------------------------------------------------------------- */
@@ -878,7 +901,38 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 	}
 }
 
-/* Apply every free event published so far. Under the lock. */
+/* Drop every indexed entry with a tag whose allocation overlaps [lo, hi): memory the driver has just
+ * handed out again (an allocation event) is no longer what any such tag described. The part of a
+ * tag that is its own allocation is RANGE ∩ the tag (a pool allocation's piece of a shared chunk,
+ * a VMM mapping inside its reservation). */
+static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
+{
+	size_t i = 0;
+
+	while (i < c->index.n) {
+		struct gdr_entry *e = c->index.v[i];
+		bool hit = false;
+
+		for (uint32_t k = 0; !hit && k < e->ntags; k++) {
+			const struct gdr_tag *t = &e->tags[k];
+			uint64_t s = t->start, end = t->start + t->size;
+
+			if (t->alloc_size) {
+				if (t->alloc_start > s)
+					s = t->alloc_start;
+				if (t->alloc_start + t->alloc_size < end)
+					end = t->alloc_start + t->alloc_size;
+			}
+			hit = s < hi && lo < end;
+		}
+		if (hit)
+			entry_stale(c, e);
+		else
+			i++;
+	}
+}
+
+/* Apply every free (and allocation) event published so far. Under the lock. */
 static void events_drain(struct gdr_cache *c)
 {
 	uint64_t n = c->ev_next, head = gdr_events_head();
@@ -900,7 +954,10 @@ static void events_drain(struct gdr_cache *c)
 			break;
 		}
 		c->st.events++;
-		if (ev.len == GDR_EVENT_ALL_LEN)
+		if (ev.kind == GDR_EV_ALLOC)
+			drop_reallocated(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
+					 ev.start + ev.len);
+		else if (ev.len == GDR_EVENT_ALL_LEN)
 			drop_range(c, 0, UINT64_MAX);
 		else if (ev.len)
 			drop_range(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
@@ -910,6 +967,40 @@ static void events_drain(struct gdr_cache *c)
 		n++;
 	}
 	__atomic_store_n(&c->ev_next, n, __ATOMIC_RELEASE);
+}
+
+/* What a registration classified, for the check against frees in flight. */
+struct classified {
+	uint64_t a, len;
+	const struct gdr_tag *tags;
+	uint32_t ntags;
+};
+
+static bool in_range(uint64_t x, uint64_t start, uint64_t size)
+{
+	return start <= x && x - start < size;
+}
+
+/* Whether a free of [start, start+len) (len 0: the allocation at start) may concern it. */
+static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
+{
+	const struct classified *k = arg;
+
+	if (!len) {
+		if (in_range(start, k->a, k->len))
+			return true;
+		for (uint32_t i = 0; i < k->ntags; i++)
+			if (in_range(start, k->tags[i].start, k->tags[i].size) ||
+			    in_range(start, k->tags[i].alloc_start, k->tags[i].alloc_size))
+				return true;
+		return false;
+	}
+	if (start < k->a + k->len && k->a < start + len)
+		return true;
+	for (uint32_t i = 0; i < k->ntags; i++)
+		if (start < k->tags[i].start + k->tags[i].size && k->tags[i].start < start + len)
+			return true;
+	return false;
 }
 
 /* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
@@ -923,8 +1014,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 	uint32_t ntags = 0;
 	int rc;
 
-	if (c->events)
-		events_drain(c);
+	events_drain(c);
 	e = gdr_index_find(&c->index, a);
 	if (e && a + len <= e->base + e->len) {
 		rc = entry_check(c, e, a, len, false);
@@ -947,6 +1037,11 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 		return reg_host(c, pd, a, len, access, out);
 	if (rc)
 		return rc;
+	/* Classified while a free of this memory may be running: it may be gone when the driver
+	 * returns. Nothing is cached; the caller waits for the free and starts again. */
+	if (gdr_events_inflight(classified_overlaps,
+				&(struct classified){ .a = a, .len = len, .tags = tags, .ntags = ntags }))
+		return -EINPROGRESS;
 	if (!pd && !c->backend->ops->pins_without_pd) {
 		c->st.fail_input++;
 		gdr_err("backend %s registers GPU memory only with a PD", c->backend->ops->name);
@@ -1067,9 +1162,9 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	}
 	*region = NULL;
 	if (!len || a + len < a) {
-		pthread_mutex_lock(&c->lock);
+		cache_lock(c);
 		c->st.fail_input++;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock_plain(c);
 		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
 		return -EINVAL;
 	}
@@ -1079,7 +1174,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	rc = reg_fast(c, t, pd, a, len, access, region, &st);
 	if (!rc)
 		return 0;
-	pthread_mutex_lock(&c->lock);
+	cache_lock(c);
 	if (rc == 2) {
 		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
 		c->st.revoked += st.revoked;
@@ -1088,7 +1183,18 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		__atomic_store_n(st.ctr, __atomic_load_n(st.ctr, __ATOMIC_RELAXED) - 1,
 				 __ATOMIC_RELAXED);
 	}
-	rc = reg_locked(c, t, pd, a, len, access, region);
+	for (unsigned tries = 0;; tries++) {
+		rc = reg_locked(c, t, pd, a, len, access, region);
+		if (rc != -EINPROGRESS)
+			break;
+		__atomic_add_fetch(&c->reg_waits, 1, __ATOMIC_RELAXED);
+		cache_unlock(c);
+		if (tries < 64)
+			sched_yield();
+		else
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		cache_lock(c);
+	}
 	if (!rc)
 		evict(c, 0);
 	cache_unlock(c);
@@ -1098,17 +1204,17 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 /* Release a host registration (passed through, not cached). */
 static int host_put(struct gdr_cache *c, struct gdr_region *r)
 {
-	pthread_mutex_lock(&c->lock);
+	cache_lock(c);
 	if (!__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
 		c->st.fail_input++;
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock_plain(c);
 		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
 		return -EINVAL;
 	}
 	gdr_verbs_dereg(r->mr);
 	c->nhost--;
 	quarantine(c, r);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock_plain(c);
 	return 0;
 }
 
@@ -1143,18 +1249,18 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	if (v <= 0) {
 		/* This thread gives back more than it took: another thread's hold, or a double
 		 * dereg. Only the sum over threads can tell. */
-		pthread_mutex_lock(&c->lock);
+		cache_lock(c);
 		if (region_holds(c, r) < 0) {
 			__atomic_store_n(ctr, v, __ATOMIC_RELAXED);
 			c->st.fail_input++;
-			pthread_mutex_unlock(&c->lock);
+			cache_unlock_plain(c);
 			gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
 			return -EINVAL;
 		}
-		pthread_mutex_unlock(&c->lock);
+		cache_unlock_plain(c);
 	}
 	if (state != GDR_LIVE || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
-		pthread_mutex_lock(&c->lock);
+		cache_lock(c);
 		evict(c, 0); /* what this release made evictable; detached entries are reaped */
 		cache_unlock(c);
 	}
@@ -1168,9 +1274,8 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 
 	if (!c)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	if (c->events)
-		events_drain(c);
+	cache_lock(c);
+	events_drain(c);
 	DL_FOREACH_SAFE(c->lru, e, tmp) {
 		if (entry_quiesce_unheld(c, e)) {
 			entry_drop(c, e);
@@ -1236,7 +1341,7 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 		gdr_err("NULL %s", c ? "pd" : "cache");
 		return -EINVAL;
 	}
-	pthread_mutex_lock(&c->lock);
+	cache_lock(c);
 	DL_FOREACH(c->lru, e)
 		busy |= !entry_release_pd(c, e, pd);
 	DL_FOREACH(c->detached, e)
@@ -1257,7 +1362,7 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 		gdr_err("NULL cache");
 		return -EINVAL;
 	}
-	pthread_mutex_lock(&c->lock);
+	cache_lock(c);
 	reap_detached(c);
 	for (size_t i = 0; i < c->index.n; i++)
 		held += gdr_entry_holds(c, c->index.v[i]);
@@ -1272,8 +1377,10 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 		entry_drop(c, e);
 	}
 	reclaim(c);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock_plain(c);
 
+	/* Out of the live list first: the hooks of the driver's frees walk it (under its lock). */
+	gdr_thr_cache_fini(c);
 	gdr_stats_untrack(c);
 	c->backend->ops->close(c->backend);
 	HASH_ITER(hh, c->synced, s, st) {
@@ -1282,7 +1389,6 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	}
 	for (unsigned i = 0; i < c->qlen; i++)
 		free(c->quarantine[(c->qhead + i) % GDR_QUARANTINE]);
-	gdr_thr_cache_fini(c);
 	free(c->snap);
 	free(c->slot_free);
 	gdr_index_free(&c->index);
@@ -1295,9 +1401,9 @@ GDR_EXPORT int gdr_cache_get_stats(struct gdr_cache *c, struct gdr_cache_stats *
 {
 	if (!c || !stats)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
+	cache_lock(c);
 	gdr_stats_collect(c, stats);
-	pthread_mutex_unlock(&c->lock);
+	cache_unlock_plain(c);
 	return 0;
 }
 
@@ -1312,4 +1418,71 @@ GDR_EXPORT int gdr_cache_backend(const struct gdr_cache *c, enum gdr_backend *ba
 GDR_EXPORT uint32_t gdr_cache_version(void)
 {
 	return GDR_VERSION_NUM(GDR_VERSION_MAJOR, GDR_VERSION_MINOR, GDR_VERSION_PATCH);
+}
+
+/* ---- for the hooks of the driver's free and allocation functions (hooks.h) ---------------------- */
+
+static void apply_one(struct gdr_cache *c, void *arg)
+{
+	uint64_t before;
+
+	cache_lock(c);
+	before = c->st.unpins;
+	events_drain(c);
+	*(uint64_t *)arg += c->st.unpins - before;
+	cache_unlock(c);
+}
+
+uint64_t gdr_caches_apply_events(void)
+{
+	uint64_t n = 0;
+
+	applying++;
+	__atomic_store_n(&gdr_hooks_release_pending, 0, __ATOMIC_SEQ_CST);
+	gdr_thr_foreach_cache(apply_one, &n);
+	applying--;
+	return n;
+}
+
+static void relieve_one(struct gdr_cache *c, void *arg)
+{
+	struct gdr_entry *e, *tmp;
+
+	cache_lock(c);
+	events_drain(c);
+	DL_FOREACH_SAFE(c->lru, e, tmp) {
+		if (entry_quiesce_unheld(c, e)) {
+			entry_drop(c, e);
+			c->st.evictions++;
+			(*(uint64_t *)arg)++;
+		}
+	}
+	limits_update(c);
+	cache_unlock(c);
+}
+
+uint64_t gdr_caches_relieve(void)
+{
+	uint64_t n = 0;
+
+	applying++;
+	gdr_thr_foreach_cache(relieve_one, &n);
+	applying--;
+	if (n)
+		gdr_warn("an allocation ran out of GPU memory: %llu cached pins released, retrying",
+			 (unsigned long long)n);
+	return n;
+}
+
+static void sum_waits(struct gdr_cache *c, void *arg)
+{
+	*(uint64_t *)arg += __atomic_load_n(&c->reg_waits, __ATOMIC_RELAXED);
+}
+
+uint64_t gdr_caches_reg_waits(void)
+{
+	uint64_t n = 0;
+
+	gdr_thr_foreach_cache(sum_waits, &n);
+	return n;
 }

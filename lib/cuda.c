@@ -51,9 +51,15 @@ static void cuda_load_once(void)
 	const struct gdr_config *cfg = gdr_config_get();
 	gdr_cuGetProcAddress_v2_t gpa2;
 	gdr_cuGetProcAddress_v1_t gpa1 = NULL;
+	bool fresh;
 	void *h;
 	int rc;
 
+	/* Whether libcuda is loaded already: if not, no thread can be inside it while it is patched. */
+	h = dlopen(cfg->libcuda, RTLD_NOW | RTLD_NOLOAD);
+	fresh = !h;
+	if (h)
+		dlclose(h);
 	h = dlopen(cfg->libcuda, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		gdr_info("no CUDA driver (%s): GPU memory cannot be registered, host memory can",
@@ -103,6 +109,8 @@ static void cuda_load_once(void)
 	RESOLVE(dmabuf, "cuMemGetHandleForAddressRange", false);
 #undef RESOLVE
 
+	/* Before cuInit: the driver starts no thread of its own before it. libcuda stays loaded. */
+	gdr_hooks_install(h, fresh);
 	rc = cu.init(0);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_warn("cuInit failed: %s (%d): GPU paths disabled", cu_err(rc), rc);

@@ -1,13 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Free events: what the intercepted CUDA free entry points (hooks.c) tell the caches.
+ * Free events: what the intercepted CUDA free and allocation entry points (hooks.c) tell the
+ * caches.
  *
- * One process-wide ring. A wrapper of a driver free function publishes the freed range with
- * gdr_events_push() before it calls the real function: lock-free, no allocation, async-signal-safe.
- * Every cache keeps the number of the next event it has not applied; its hit path compares it with
- * gdr_events_head() (one load of a line that only frees write) and takes its slow path, which drains
- * the ring under the cache lock, when they differ. A cache that falls more than GDR_EVENTS_RING
- * events behind has lost some: it must treat every entry as stale.
+ * One process-wide ring. An intercepted free publishes the freed range with gdr_events_push()
+ * before it calls the driver: lock-free, no allocation, async-signal-safe. Every cache keeps the
+ * number of the next event it has not applied; its hit path compares it with gdr_events_head()
+ * (one load of a line that only frees write) and takes its slow path, which drains the ring under
+ * the cache lock, when they differ. A cache that falls more than GDR_EVENTS_RING events behind
+ * has lost some: it must treat every entry as stale. An intercepted allocation publishes the range
+ * it got (GDR_EV_ALLOC): no cached tag can rightly overlap memory the driver just handed out.
+ *
+ * Frees in flight. Between the event and the driver's return, the buffer is still alive: a
+ * registration that classified it then would cache memory about to be freed. So a free is also
+ * announced in a small table for as long as it runs (gdr_events_free_begin / _end), and a
+ * registration that classified memory a free in flight may concern does not cache it: it waits for
+ * the free to return and classifies again (gdr_events_inflight). Together: an entry classified
+ * before the free's announcement is dropped by its event, one classified during the free is never
+ * made, one classified after it sees the driver's new state.
  */
 #ifndef GDRCACHE_EVENTS_H
 #define GDRCACHE_EVENTS_H
@@ -17,17 +27,37 @@
 
 #define GDR_EVENTS_RING 4096u          /* a power of two */
 #define GDR_EVENT_ALL_LEN UINT64_MAX   /* len of an event that frees everything (context destroyed) */
+#define GDR_INFLIGHT_SLOTS 64u         /* frees announced at once; more count as "everything" */
+
+enum gdr_event_kind {
+	GDR_EV_FREE = 0,   /* [start, start+len) freed; len 0: the allocation at start */
+	GDR_EV_ALLOC = 1,  /* [start, start+len) newly allocated */
+};
 
 struct gdr_event {
 	uint64_t start, len;
+	uint32_t kind;
 };
 
 /* Publish that [start, start+len) is being freed. len 0 is taken as "the allocation at start". */
 void gdr_events_push(uint64_t start, uint64_t len);
+/* Publish an event of any kind. */
+void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len);
 /* Events reserved so far (acquire); the next event's number. */
 uint64_t gdr_events_head(void);
 /* Event number seq. 0; -EAGAIN: reserved but not yet written (retry); -ERANGE: overwritten (lost). */
 int gdr_events_get(uint64_t seq, struct gdr_event *ev);
+
+/* Announce a free of [start, start+len) (len 0: the allocation at start; GDR_EVENT_ALL_LEN:
+ * everything) until gdr_events_free_end(the returned token). Lock-free, never fails. */
+int gdr_events_free_begin(uint64_t start, uint64_t len);
+void gdr_events_free_end(int token);
+/* Whether a free in flight may concern what `overlaps` says it does, asked for each announced
+ * (start, len); a free being announced right now, or beyond the table, concerns everything. */
+bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
+			 const void *arg);
+/* Frees announced now (for tests). */
+unsigned gdr_events_inflight_count(void);
 
 /* hooks.c: whether the free interception works in this process, proven once by a test allocation
  * freed through each path a program may use to reach the driver. 0, or -errno with *why (static

@@ -297,6 +297,8 @@ void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
 void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_checks);
 void gdr_thr_cache_init(struct gdr_cache *c);  /* also decides gdr_thr_asym, once */
 void gdr_thr_cache_fini(struct gdr_cache *c);
+/* fn(cache, arg) for every live cache, under the list's lock (taken before any cache lock). */
+void gdr_thr_foreach_cache(void (*fn)(struct gdr_cache *c, void *arg), void *arg);
 int gdr_slot_alloc(struct gdr_cache *c, uint32_t *slot);  /* under c->lock */
 void gdr_slot_free(struct gdr_cache *c, uint32_t slot);   /* under c->lock */
 /* Whether grace periods use membarrier(PRIVATE_EXPEDITED): the writer then makes every running
@@ -347,6 +349,7 @@ struct gdr_cache {
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
 	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
+	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
 	struct gdr_region *quarantine[GDR_QUARANTINE]; /* released records kept before free() */
 	unsigned qhead, qlen;
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */

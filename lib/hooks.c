@@ -1,210 +1,117 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Free events from the CUDA driver: wrappers of its free entry points, handed out where programs
- * resolve them, and the start-up proof that they are in place (gdr_events_probe).
+ * Free events from the CUDA driver: the entries of libcuda's exported free and allocation
+ * functions are patched (patch.c) to run the hooks below, and the start-up probe proves it.
  *
- * How programs reach the driver (measured on the H100, FACTS.md): the CUDA runtime, static and
- * shared, calls dlsym(libcuda handle, "cuGetProcAddress_v2") once and takes every entry point from
- * it ("cuMemFree" at 3020, "cuMemFreeAsync" with flags 0 and PER_THREAD_DEFAULT_STREAM, ...);
- * PyTorch does the same and also dlsyms a few functions (cuDevicePrimaryCtxRelease, ...) directly.
- * None of them calls an exported symbol. So the interception sits in dlsym:
+ * Why the entry, measured on the H100 (FACTS.md): the CUDA runtime (static and shared) and
+ * PyTorch reach the driver through cuGetProcAddress, never through the exported symbols, and
+ * what cuGetProcAddress hands out is the exported function's own address. So code at the entry
+ * of libcuda's exported free functions is reached by every route: direct calls, dlsym,
+ * cuGetProcAddress (v1 and v2, every flags variant), pointers resolved before libgdrcache was
+ * loaded, and whatever way libgdrcache itself was loaded (linked into the executable or into a
+ * library it links, dlopen'ed before or after CUDA was initialised, through Python's ctypes,
+ * preloaded). The alternatives measured were worse: a dlsym interposer works only where
+ * libgdrcache's dlsym is first in the global scope; CUPTI's callbacks see every route but allow
+ * one subscriber per process, so the library and a profiler would exclude each other.
  *
- *  - libgdrcache.so exports dlsym and dlvsym under glibc's version nodes (dlsym@@GLIBC_2.34 and the
- *    compat dlsym@GLIBC_2.2.5, as libc.so.6 has them on x86-64: a versioned reference binds only to
- *    a definition of the same node). hooks_export.c holds them: a few instructions that save the
- *    arguments, ask gdr_hooks_dlsym_route() where to go, and JUMP there, so that the next dlsym
- *    sees the caller's return address (RTLD_NEXT, and RTLD_DEFAULT's namespace, depend on it).
- *  - For the names below, the route is a hooked lookup: it asks the real dlsym, then hands back a
- *    wrapper. cuGetProcAddress(_v2) becomes a wrapper that does the same to everything it returns,
- *    itself included (v1 ABI below cudaVersion 12000, v2 from there; each flags variant, the
- *    per-thread-stream _ptsz functions too, gets its own wrapper). Any other name, or the handle
- *    RTLD_NEXT, goes straight to the real dlsym (RTLD_NEXT lookups of driver names are not wrapped).
- *  - A wrapper publishes the range with gdr_events_push() BEFORE it calls the driver: one atomic
- *    load of the real function, one fetch-add and four stores; no lock, no allocation, no logging.
- *    Ranges: cuMemFree(_v2), cuMemFreeAsync(_ptsz), cuMemFreeHost, cuIpcCloseMemHandle: the
- *    allocation at the pointer (len 0); cuMemUnmap: [ptr, ptr+size); cuCtxDestroy(_v2),
- *    cuDevicePrimaryCtxReset(_v2), cuDevicePrimaryCtxRelease(_v2): everything (GDR_EVENT_ALL_LEN;
- *    a release only destroys the context on the last reference, but which one is last is not
- *    known here, so every release counts: correct, and rare in practice). cuMemRelease is not
- *    wrapped: it frees physical memory only once no mapping of it is left, and the mapping's
- *    cuMemUnmap is the event for the VA; a handle has no address anyway.
- *  - Wrappers are fixed functions, GDR_HOOK_SLOTS per kind of entry point, each bound once (by a
- *    compare-and-swap) to one real function pointer: nothing is allocated, and a pointer seen
- *    again gets the same wrapper. Were the slots ever exhausted, the real function is handed out
- *    unwrapped and the probe reports it.
- *  - hooks_export.c also exports forwarders under the driver's names (cuMemFree_v2, ...), for a
- *    program linked with -lgdrcache ahead of -lcuda that calls them directly, and
- *    gdr_private_dlsym / gdr_private_dlvsym: the same trampolines, for libgdrcache-preload.so,
- *    whose own dlsym tail-calls them (there libgdrcache.so comes after libc in the lookup order).
+ * A free hook, on the calling thread:
+ *  1. announces the free in flight (events.h) and publishes the event: caches drop what they
+ *     hold of the range before anything else, and no registration can cache the range while
+ *     the driver frees it;
+ *  2. releases every unreferenced pin of the range in every cache (dma-buf closed, module pin
+ *     unpinned, MR deregistered), so the driver's free really returns the memory: an open
+ *     dma-buf keeps freed GPU memory allocated (FACTS.md). A pin still held by a registration
+ *     the program has not released goes at its last gdr_dereg;
+ *  3. calls the driver, then withdraws the announcement.
+ * Step 2 takes each cache's lock. No thread ever waits on the driver while this thread holds
+ * something it needs: the hook holds no lock when it calls the driver, and a cache's lock holder
+ * only calls driver functions that do not free. It is skipped (left to the lock's holder, or to
+ * this thread once the driver returned) where waiting could deadlock: when this thread already
+ * holds a cache lock (the library itself called the driver), and in a hook nested in another
+ * hook's driver call (the driver calling its own exported function while holding its locks).
  *
- * When it works: the program's dlsym must resolve to ours, i.e. libgdrcache.so (or the preload
- * library) must come before libc.so.6 in the global lookup order: linked into the executable
- * (-lgdrcache), or LD_PRELOADed. A libgdrcache.so that arrives by dlopen (a Python extension, a
- * plugin) comes after libc: dlsym is libc's, nothing is wrapped, and gdr_events_probe() says so;
- * the caches then check tags. The probe proves it in the running process: a fresh 2 MiB allocation
- * (no cache can hold it) freed through cuGetProcAddress as obtained by dlsym(libcuda handle,
- * "cuGetProcAddress_v2") (the runtime's path), through dlsym(handle, "cuMemFree_v2") (PyTorch's
- * kind of lookup) and through what the dynamic linker binds a direct call of cuMemFree_v2 to (the
- * real dlsym(RTLD_DEFAULT): libgdrcache's forwarder, or libcuda's own when libcuda comes first in
- * the global scope, e.g. a program linked -lcuda ahead of -lgdrcache or under the preload library)
- * must each be seen in the event ring.
+ * An allocation hook calls the driver; on CUDA_ERROR_OUT_OF_MEMORY it releases every
+ * unreferenced pin of every cache and retries once (in every validation mode). A successful
+ * allocation publishes its range (GDR_EV_ALLOC): no cached tag can rightly overlap memory the
+ * driver just handed out, which also catches VA reuse after frees the driver makes on its own
+ * (stream-ordered frees completing later, graph memory nodes).
  *
- * What it cannot see: frees through pointers resolved before libgdrcache was loaded, or by a dlsym
- * that is not the global one (a static binary, a libcuda linked statically, dlmopen namespaces,
- * another interposer that bypasses RTLD_NEXT); memory freed by the driver on its own: CUDA graph
- * memory nodes (cuGraphAddMemFreeNode, cudaFreeAsync captured in a graph), a stream-ordered pool
- * trimmed (the VA was already announced at cuMemFreeAsync), process teardown. Only x86-64 has the
- * dlsym trampolines; elsewhere the probe fails and tags are checked.
+ * What it cannot see: a libcuda whose entry bytes the patcher does not fully decode (then the
+ * probe fails, says why once at warn, and the caches check tags), frees the driver makes on its
+ * own without a later intercepted allocation at that address (graph memory nodes freeing into a
+ * pool that is then reused by a graph), process teardown.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
-#include <link.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 #include "events.h"
 #include "gdrcache_int.h"
 #include "hooks.h"
+#include "patch.h"
 
-/* ---- The real dlsym / dlvsym ------------------------------------------------------------------ */
+#define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
 
-/* The dlsym route runs inside sanitizer runtimes' own start-up (ASan and TSan find the functions
- * they intercept with dlsym(RTLD_NEXT, ...), which is ours), before their shadow memory exists:
- * nothing on it may be instrumented. */
-#define GDR_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+/* Hooks this thread is inside (nested: the driver called its own exported entry point). */
+static GDR_TLS int hook_depth;
 
-typedef void *(*dlsym_fn)(void *, const char *);
-typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+static struct {
+	uint64_t frees[GDR_FREE_ROUTES];
+	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns;
+} hs;
 
-static dlsym_fn real_dlsym, libc_dlsym;
-static dlvsym_fn real_dlvsym;
+/* Releases left for later (nested or lock-holding callers): done at the end of the outer hook or
+ * by the next cache_unlock (cache.c reads it). */
+int gdr_hooks_release_pending;
 
-/* No libc string functions on this path: it runs before sanitizer runtimes are initialised (ASan
- * finds its own interceptees with dlsym, which is ours when libgdrcache is linked). */
-static GDR_NO_SANITIZE bool streq(const char *a, const char *b)
+static uint64_t now_ns(void)
 {
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static GDR_NO_SANITIZE bool is_libc(const char *path)
-{
-	const char *base = path;
+/* ---- Free hooks ---------------------------------------------------------------------------------- */
 
-	for (const char *p = path; *p; p++)
-		if (*p == '/')
-			base = p + 1;
-	return streq(base, "libc.so.6");
-}
-
-/* The default-version definition of name in a loaded object, from its GNU hash table. */
-static GDR_NO_SANITIZE void *elf_lookup(const struct link_map *l, const char *name)
-{
-	const ElfW(Sym) *symtab = NULL;
-	const ElfW(Half) *versym = NULL;
-	const uint32_t *gnu = NULL;
-	const char *strtab = NULL;
-	uint32_t h = 5381;
-
-	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
-		/* glibc relocates these in place where the dynamic section is writable */
-		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
-
-		switch (d->d_tag) {
-		case DT_SYMTAB: symtab = (const void *)p; break;
-		case DT_STRTAB: strtab = (const void *)p; break;
-		case DT_GNU_HASH: gnu = (const void *)p; break;
-		case DT_VERSYM: versym = (const void *)p; break;
-		}
-	}
-	if (!symtab || !strtab || !gnu)
-		return NULL;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-		h = h * 33 + *c;
-
-	uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_size = gnu[2];
-	const ElfW(Addr) *bloom = (const void *)&gnu[4];
-	const uint32_t *buckets = (const void *)&bloom[bloom_size];
-	const uint32_t *chain = &buckets[nbuckets];
-
-	for (uint32_t i = buckets[h % nbuckets]; i >= symoffset; i++) {
-		uint32_t ch = chain[i - symoffset];
-
-		if ((ch | 1) == (h | 1) && symtab[i].st_shndx != SHN_UNDEF &&
-		    streq(strtab + symtab[i].st_name, name) && (!versym || !(versym[i] & 0x8000)))
-			return (void *)(l->l_addr + symtab[i].st_value);
-		if (ch & 1)
-			break;
-	}
-	return NULL;
-}
-
-/* Finds libc's dlvsym and dlsym by reading its symbol table (we define both names ourselves), then
- * asks for the next dlsym / dlvsym after libgdrcache (another interposer's, usually libc's: the
- * call below comes from this library, so RTLD_NEXT means "after libgdrcache"). Idempotent: threads
- * racing here store the same values. */
-static GDR_NO_SANITIZE void hooks_init(void)
-{
-	dlvsym_fn lv = NULL, nv;
-	dlsym_fn ls = NULL, ns;
-
-	if (__atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE))
-		return;
-	for (const struct link_map *l = _r_debug.r_map; l; l = l->l_next) {
-		if (l->l_name && is_libc(l->l_name)) {
-			lv = (dlvsym_fn)elf_lookup(l, "dlvsym");
-			ls = (dlsym_fn)elf_lookup(l, "dlsym");
-			break;
-		}
-	}
-	if (!lv || !ls)
-		return; /* not glibc: the routes fail every lookup (see below) */
-	nv = (dlvsym_fn)lv(RTLD_NEXT, "dlvsym", "GLIBC_2.34");
-	if (!nv)
-		nv = (dlvsym_fn)lv(RTLD_NEXT, "dlvsym", "GLIBC_2.2.5");
-	ns = (dlsym_fn)lv(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!ns)
-		ns = (dlsym_fn)lv(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	__atomic_store_n(&libc_dlsym, ls, __ATOMIC_RELEASE);
-	__atomic_store_n(&real_dlvsym, nv ? nv : lv, __ATOMIC_RELEASE);
-	__atomic_store_n(&real_dlsym, ns ? ns : ls, __ATOMIC_RELEASE);
-}
-
-static void *no_dlsym(void *h, const char *name)
-{
-	(void)h, (void)name;
-	return NULL;
-}
-
-void *gdr_hooks_real_dlsym(void *h, const char *name)
-{
-	hooks_init();
-	dlsym_fn f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
-
-	return f ? f(h, name) : NULL;
-}
-
-/* ---- Wrappers ---------------------------------------------------------------------------------- */
-
-enum hook_kind {
-	K_FREE,       /* CUresult f(CUdeviceptr): cuMemFree_v2, cuIpcCloseMemHandle */
-	K_FREE32,     /* CUresult f(unsigned int): cuMemFree of CUDA < 3.2 */
-	K_FREE_ASYNC, /* CUresult f(CUdeviceptr, CUstream): cuMemFreeAsync(_ptsz) */
-	K_FREE_HOST,  /* CUresult f(void *): cuMemFreeHost */
-	K_UNMAP,      /* CUresult f(CUdeviceptr, size_t): cuMemUnmap */
-	K_CTX,        /* CUresult f(CUcontext): cuCtxDestroy(_v2) */
-	K_DEV,        /* CUresult f(CUdevice): cuDevicePrimaryCtxReset / Release (_v2) */
-	K_GPA1,       /* cuGetProcAddress, CUDA 11.3 ABI */
-	K_GPA2,       /* cuGetProcAddress_v2, CUDA 12.0 ABI (CUdriverProcAddressQueryResult *) */
-	K_COUNT,
-	K_NONE = -1,
+struct free_scope {
+	int token;
+	uint64_t t0;
 };
 
-#define GDR_HOOK_SLOTS 4
+static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_t len)
+{
+	fs->t0 = now_ns();
+	hook_depth++;
+	fs->token = gdr_events_free_begin(start, len);
+	gdr_events_push(start, len);
+	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
+	if (hook_depth == 1 && !gdr_cache_locks_held) {
+		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
+	} else {
+		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+	}
+	fs->t0 = now_ns() - fs->t0;
+}
+
+static void free_end(struct free_scope *fs)
+{
+	uint64_t t1 = now_ns();
+
+	gdr_events_free_end(fs->token);
+	if (--hook_depth == 0 && !gdr_cache_locks_held &&
+	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
+		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
+	__atomic_add_fetch(&hs.free_ns, fs->t0 + now_ns() - t1, __ATOMIC_RELAXED);
+}
 
 typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
 typedef gdr_CUresult (*free32_fn)(unsigned int);
@@ -214,243 +121,167 @@ typedef gdr_CUresult (*unmap_fn)(gdr_CUdeviceptr, size_t);
 typedef gdr_CUresult (*ctx_fn)(gdr_CUcontext);
 typedef gdr_CUresult (*dev_fn)(gdr_CUdevice);
 
-static void *slot_real[K_COUNT][GDR_HOOK_SLOTS];
-static int slots_exhausted;
-
-#define REAL(k, i) __atomic_load_n(&slot_real[k][i], __ATOMIC_ACQUIRE)
-
-static void *wrap(enum hook_kind k, void *real);
-static enum hook_kind gpa_kind(const char *sym, int version);
-
-#define DEFINE_SLOT(i)                                                                             \
-	static gdr_CUresult w_free_##i(gdr_CUdeviceptr p)                                          \
-	{                                                                                          \
-		gdr_events_push(p, 0);                                                             \
-		return ((free_fn)REAL(K_FREE, i))(p);                                              \
-	}                                                                                          \
-	static gdr_CUresult w_free32_##i(unsigned int p)                                           \
-	{                                                                                          \
-		gdr_events_push(p, 0);                                                             \
-		return ((free32_fn)REAL(K_FREE32, i))(p);                                          \
-	}                                                                                          \
-	static gdr_CUresult w_free_async_##i(gdr_CUdeviceptr p, void *stream)                      \
-	{                                                                                          \
-		gdr_events_push(p, 0);                                                             \
-		return ((free_async_fn)REAL(K_FREE_ASYNC, i))(p, stream);                          \
-	}                                                                                          \
-	static gdr_CUresult w_free_host_##i(void *p)                                               \
-	{                                                                                          \
-		gdr_events_push((uintptr_t)p, 0);                                                  \
-		return ((free_host_fn)REAL(K_FREE_HOST, i))(p);                                    \
-	}                                                                                          \
-	static gdr_CUresult w_unmap_##i(gdr_CUdeviceptr p, size_t size)                            \
-	{                                                                                          \
-		gdr_events_push(p, size);                                                          \
-		return ((unmap_fn)REAL(K_UNMAP, i))(p, size);                                      \
-	}                                                                                          \
-	static gdr_CUresult w_ctx_##i(gdr_CUcontext ctx)                                           \
-	{                                                                                          \
-		gdr_events_push(0, GDR_EVENT_ALL_LEN);                                             \
-		return ((ctx_fn)REAL(K_CTX, i))(ctx);                                              \
-	}                                                                                          \
-	static gdr_CUresult w_dev_##i(gdr_CUdevice dev)                                            \
-	{                                                                                          \
-		gdr_events_push(0, GDR_EVENT_ALL_LEN);                                             \
-		return ((dev_fn)REAL(K_DEV, i))(dev);                                              \
-	}                                                                                          \
-	static gdr_CUresult w_gpa1_##i(const char *sym, void **pfn, int version, uint64_t flags)   \
-	{                                                                                          \
-		gdr_CUresult rc = ((gdr_cuGetProcAddress_v1_t)REAL(K_GPA1, i))(sym, pfn, version,  \
-										flags);            \
-		if (rc == GDR_CUDA_SUCCESS && pfn && *pfn)                                         \
-			*pfn = wrap(gpa_kind(sym, version), *pfn);                                 \
-		return rc;                                                                         \
-	}                                                                                          \
-	static gdr_CUresult w_gpa2_##i(const char *sym, void **pfn, int version, uint64_t flags,   \
-				       int *status)                                                \
-	{                                                                                          \
-		gdr_CUresult rc = ((gdr_cuGetProcAddress_v2_t)REAL(K_GPA2, i))(sym, pfn, version,  \
-										flags, status);    \
-		if (rc == GDR_CUDA_SUCCESS && pfn && *pfn)                                         \
-			*pfn = wrap(gpa_kind(sym, version), *pfn);                                 \
-		return rc;                                                                         \
+/* One hook per exported function: each calls its own original. */
+#define FREE_HOOK(name, route, params, args, start, len)                                        \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		struct free_scope fs;                                                           \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		free_begin(&fs, route, start, len);                                             \
+		rc = ((gdr_CUresult(*) params)o_##name) args;                                   \
+		free_end(&fs);                                                                  \
+		return rc;                                                                      \
 	}
 
-DEFINE_SLOT(0)
-DEFINE_SLOT(1)
-DEFINE_SLOT(2)
-DEFINE_SLOT(3)
+#define ALL GDR_EVENT_ALL_LEN
+FREE_HOOK(cuMemFree_v2, GDR_FREE_MEM_FREE, (gdr_CUdeviceptr p), (p), p, 0)
+FREE_HOOK(cuMemFree, GDR_FREE_MEM_FREE, (unsigned int p), (p), p, 0)
+FREE_HOOK(cuMemFreeAsync, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
+FREE_HOOK(cuMemFreeAsync_ptsz, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
+FREE_HOOK(cuMemFreeHost, GDR_FREE_MEM_FREE_HOST, (void *p), (p), (uintptr_t)p, 0)
+FREE_HOOK(cuMemUnmap, GDR_FREE_MEM_UNMAP, (gdr_CUdeviceptr p, size_t n), (p, n), p, n ? n : 1)
+FREE_HOOK(cuIpcCloseMemHandle, GDR_FREE_IPC_CLOSE, (gdr_CUdeviceptr p), (p), p, 0)
+FREE_HOOK(cuCtxDestroy, GDR_FREE_CTX, (gdr_CUcontext c), (c), 0, ALL)
+FREE_HOOK(cuCtxDestroy_v2, GDR_FREE_CTX, (gdr_CUcontext c), (c), 0, ALL)
+FREE_HOOK(cuDevicePrimaryCtxReset, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
+FREE_HOOK(cuDevicePrimaryCtxReset_v2, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
+FREE_HOOK(cuDevicePrimaryCtxRelease, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
+FREE_HOOK(cuDevicePrimaryCtxRelease_v2, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
 
-#define SLOT_ROW(name) { (void *)name##_0, (void *)name##_1, (void *)name##_2, (void *)name##_3 }
-static void *const wrappers[K_COUNT][GDR_HOOK_SLOTS] = {
-	[K_FREE] = SLOT_ROW(w_free),           [K_FREE32] = SLOT_ROW(w_free32),
-	[K_FREE_ASYNC] = SLOT_ROW(w_free_async), [K_FREE_HOST] = SLOT_ROW(w_free_host),
-	[K_UNMAP] = SLOT_ROW(w_unmap),         [K_CTX] = SLOT_ROW(w_ctx),
-	[K_DEV] = SLOT_ROW(w_dev),             [K_GPA1] = SLOT_ROW(w_gpa1),
-	[K_GPA2] = SLOT_ROW(w_gpa2),
+/* ---- Allocation hooks --------------------------------------------------------------------------- */
+
+/* An allocation failed for lack of memory: release unreferenced pins; whether to retry. */
+static bool oom_relieve(void)
+{
+	if (hook_depth != 1 || gdr_cache_locks_held)
+		return false;
+	__atomic_add_fetch(&hs.oom_relief, 1, __ATOMIC_RELAXED);
+	return gdr_caches_relieve() > 0;
+}
+
+/* Calls the original; on OUT_OF_MEMORY relieves and calls it once more; on success publishes the
+ * range [va, va + size) (size 0: none, e.g. cuMemCreate's handle). */
+#define ALLOC_HOOK(name, params, args, va, size)                                                \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		hook_depth++;                                                                   \
+		rc = ((gdr_CUresult(*) params)o_##name) args;                                   \
+		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                      \
+			rc = ((gdr_CUresult(*) params)o_##name) args;                           \
+			if (rc == GDR_CUDA_SUCCESS)                                             \
+				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);      \
+		}                                                                               \
+		if (rc == GDR_CUDA_SUCCESS && (size) != 0)                                      \
+			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);    \
+		hook_depth--;                                                                   \
+		return rc;                                                                      \
+	}
+
+typedef void *gdr_CUstream_;
+ALLOC_HOOK(cuMemAlloc_v2, (gdr_CUdeviceptr * p, size_t n), (p, n), *p, n)
+ALLOC_HOOK(cuMemAllocPitch_v2, (gdr_CUdeviceptr * p, size_t *pitch, size_t w, size_t h,
+			       unsigned int e), (p, pitch, w, h, e), *p, *pitch * h)
+ALLOC_HOOK(cuMemAllocAsync, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
+ALLOC_HOOK(cuMemAllocAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
+ALLOC_HOOK(cuMemAllocFromPoolAsync, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
+	   (p, n, pool, s), *p, n)
+ALLOC_HOOK(cuMemAllocFromPoolAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
+	   (p, n, pool, s), *p, n)
+ALLOC_HOOK(cuMemAllocManaged, (gdr_CUdeviceptr * p, size_t n, unsigned int f), (p, n, f), *p, n)
+ALLOC_HOOK(cuMemAllocHost_v2, (void **p, size_t n), (p, n), *p, n)
+ALLOC_HOOK(cuMemCreate, (void *h, size_t n, const void *prop, unsigned long long f),
+	   (h, n, prop, f), 0, 0)
+ALLOC_HOOK(cuMemMap, (gdr_CUdeviceptr p, size_t n, size_t off, unsigned long long h,
+		      unsigned long long f), (p, n, off, h, f), p, n)
+
+/* ---- The table ----------------------------------------------------------------------------------
+ * Every entry point libcuda exports that frees or allocates device memory. `required`: events
+ * are sure only if it is patched wherever libcuda has it (an allocation hook is relief and a
+ * belt to the free events' braces: its absence costs no correctness). */
+struct target {
+	const char *name;
+	void *hook;
+	void **orig;
+	bool required;
+	int state;  /* 0 patched; -ENOENT not in this libcuda; other -errno: refused */
+	const char *why;
 };
 
-static bool is_ours(void *fn)
-{
-	for (int k = 0; k < K_COUNT; k++)
-		for (int i = 0; i < GDR_HOOK_SLOTS; i++)
-			if (wrappers[k][i] == fn)
-				return true;
-	if (gdr_hooks_exported)
-		for (void *const *e = gdr_hooks_exported; *e; e++)
-			if (*e == fn)
-				return true;
-	return false;
-}
+#define T(name, req) { #name, (void *)h_##name, &o_##name, req, -ENOENT, NULL }
+static struct target targets[] = {
+	T(cuMemFree_v2, true),         T(cuMemFree, true),
+	T(cuMemFreeAsync, true),       T(cuMemFreeAsync_ptsz, true),
+	T(cuMemFreeHost, true),        T(cuMemUnmap, true),
+	T(cuIpcCloseMemHandle, true),  T(cuCtxDestroy, true),
+	T(cuCtxDestroy_v2, true),      T(cuDevicePrimaryCtxReset, true),
+	T(cuDevicePrimaryCtxReset_v2, true), T(cuDevicePrimaryCtxRelease, true),
+	T(cuDevicePrimaryCtxRelease_v2, true),
+	T(cuMemAlloc_v2, false),       T(cuMemAllocPitch_v2, false),
+	T(cuMemAllocAsync, false),     T(cuMemAllocAsync_ptsz, false),
+	T(cuMemAllocFromPoolAsync, false), T(cuMemAllocFromPoolAsync_ptsz, false),
+	T(cuMemAllocManaged, false),   T(cuMemAllocHost_v2, false),
+	T(cuMemCreate, false),         T(cuMemMap, false),
+};
+#undef T
+#define NTARGETS (sizeof(targets) / sizeof(targets[0]))
 
-/* The wrapper bound to real (binding a free slot to it if none is yet), or real itself. */
-static void *wrap(enum hook_kind k, void *real)
-{
-	if (k == K_NONE || !real || is_ours(real))
-		return real;
-	for (int i = 0; i < GDR_HOOK_SLOTS; i++) {
-		void *cur = REAL(k, i);
+static int install_rc = -ENODEV;
+static char install_why[116] = "no CUDA driver";
 
-		if (!cur && __atomic_compare_exchange_n(&slot_real[k][i], &cur, real, false,
-							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return wrappers[k][i];
-		if (cur == real)
-			return wrappers[k][i];
+void gdr_hooks_install(void *libcuda, bool fresh)
+{
+	int nreq = 0, nok = 0, nalloc_fail = 0;
+	const char *first_alloc_fail = NULL, *alloc_why = NULL;
+
+	install_rc = 0;
+	snprintf(install_why, sizeof(install_why), "free interception installed");
+	for (size_t i = 0; i < NTARGETS; i++) {
+		struct target *t = &targets[i];
+		void *fn = dlsym(libcuda, t->name);
+
+		if (!fn)
+			continue; /* this libcuda does not have it */
+		t->state = gdr_patch_install(fn, t->hook, t->orig, &t->why);
+		if (t->required) {
+			nreq++;
+			if (!t->state) {
+				nok++;
+			} else if (!install_rc) {
+				install_rc = t->state;
+				snprintf(install_why, sizeof(install_why), "%s: %s", t->name, t->why);
+			}
+		} else if (t->state) {
+			nalloc_fail++;
+			if (!first_alloc_fail)
+				first_alloc_fail = t->name, alloc_why = t->why;
+		}
 	}
-	__atomic_store_n(&slots_exhausted, 1, __ATOMIC_RELAXED);
-	return real;
+	if (!nreq && !install_rc) {
+		install_rc = -ENOSYS;
+		snprintf(install_why, sizeof(install_why), "libcuda exports no free function");
+	}
+	if (nalloc_fail)
+		gdr_warn("%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
+			 "relief through them", nalloc_fail, first_alloc_fail, alloc_why);
+	gdr_info("CUDA free interception: %d of %d free entry points patched%s", nok, nreq,
+		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
 }
 
-/* Names as cuGetProcAddress takes them (base names; the version and flags pick the variant). */
-static enum hook_kind gpa_kind(const char *s, int version)
-{
-	if (s[0] != 'c' || s[1] != 'u')
-		return K_NONE;
-	s += 2;
-	if (streq(s, "MemFree"))
-		return version >= 3020 ? K_FREE : K_FREE32;
-	if (streq(s, "MemFreeAsync"))
-		return K_FREE_ASYNC;
-	if (streq(s, "MemFreeHost"))
-		return K_FREE_HOST;
-	if (streq(s, "MemUnmap"))
-		return K_UNMAP;
-	if (streq(s, "IpcCloseMemHandle"))
-		return K_FREE;
-	if (streq(s, "CtxDestroy"))
-		return K_CTX;
-	if (streq(s, "DevicePrimaryCtxReset") || streq(s, "DevicePrimaryCtxRelease"))
-		return K_DEV;
-	if (streq(s, "GetProcAddress"))
-		return version >= 12000 ? K_GPA2 : K_GPA1;
-	return K_NONE;
-}
-
-/* Names as libcuda exports them (the unsuffixed ones keep their oldest ABI). */
-static GDR_NO_SANITIZE enum hook_kind export_kind(const char *s)
-{
-	if (s[0] != 'c' || s[1] != 'u')
-		return K_NONE;
-	s += 2;
-	if (streq(s, "MemFree"))
-		return K_FREE32;
-	if (streq(s, "MemFree_v2") || streq(s, "IpcCloseMemHandle"))
-		return K_FREE;
-	if (streq(s, "MemFreeAsync") || streq(s, "MemFreeAsync_ptsz"))
-		return K_FREE_ASYNC;
-	if (streq(s, "MemFreeHost"))
-		return K_FREE_HOST;
-	if (streq(s, "MemUnmap"))
-		return K_UNMAP;
-	if (streq(s, "CtxDestroy") || streq(s, "CtxDestroy_v2"))
-		return K_CTX;
-	if (streq(s, "DevicePrimaryCtxReset") || streq(s, "DevicePrimaryCtxReset_v2") ||
-	    streq(s, "DevicePrimaryCtxRelease") || streq(s, "DevicePrimaryCtxRelease_v2"))
-		return K_DEV;
-	if (streq(s, "GetProcAddress"))
-		return K_GPA1;
-	if (streq(s, "GetProcAddress_v2"))
-		return K_GPA2;
-	return K_NONE;
-}
-
-/* ---- The routes (hooks_export.c's trampolines jump where these say) ---------------------------- */
-
-static void *hooked_dlsym(void *h, const char *name)
-{
-	dlsym_fn f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
-
-	return wrap(export_kind(name), f(h, name));
-}
-
-static void *hooked_dlvsym(void *h, const char *name, const char *version)
-{
-	dlvsym_fn f = __atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE);
-
-	return wrap(export_kind(name), f(h, name, version));
-}
-
-GDR_NO_SANITIZE void *gdr_hooks_dlsym_route(void *h, const char *name)
-{
-	dlsym_fn f;
-
-	hooks_init();
-	f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
-	if (!f)
-		return (void *)no_dlsym;
-	if (h != RTLD_NEXT && name && export_kind(name) != K_NONE)
-		return (void *)hooked_dlsym;
-	return (void *)f;
-}
-
-static void *no_dlvsym(void *h, const char *name, const char *version)
-{
-	(void)h, (void)name, (void)version;
-	return NULL;
-}
-
-GDR_NO_SANITIZE void *gdr_hooks_dlvsym_route(void *h, const char *name, const char *version)
-{
-	dlvsym_fn f;
-
-	(void)version;
-	hooks_init();
-	f = __atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE);
-	if (!f)
-		return (void *)no_dlvsym;
-	if (h != RTLD_NEXT && name && export_kind(name) != K_NONE)
-		return (void *)hooked_dlvsym;
-	return (void *)f;
-}
-
-void *gdr_hooks_wrap_proc(const char *sym, int version, void *fn)
-{
-	return sym ? wrap(gpa_kind(sym, version), fn) : fn;
-}
-
-void *gdr_hooks_libcuda_sym(const char *name)
-{
-	void *h = gdr_cuda_libcuda_handle(), *fn;
-	dlsym_fn f;
-
-	hooks_init();
-	f = __atomic_load_n(&libc_dlsym, __ATOMIC_ACQUIRE);
-	if (!f)
-		return NULL;
-	if (!h)
-		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	if (!h)
-		return NULL;
-	/* A handle lookup searches libcuda and its dependencies, never libgdrcache. */
-	fn = f(h, name);
-	return is_ours(fn) ? NULL : fn;
-}
-
-/* ---- The probe -------------------------------------------------------------------------------- */
+/* ---- The probe -----------------------------------------------------------------------------------
+ * Proves, in the running process, that every route to every free entry point lands in a hook:
+ * each required entry point libcuda has was patched; cuGetProcAddress, asked what the CUDA runtime
+ * asks (base names, the versions and flags it uses), hands out patched entries; and a test
+ * allocation freed through cuGetProcAddress's pointer, through dlsym(libcuda) and through the
+ * global scope's binding is seen each time. */
 
 #define PROBE_SIZE (2u << 20) /* its own 2 MiB chunk: no cached registration can overlap it */
 
-/* Whether an event for va was published at or after seq. */
+/* Whether a free event for va was published at or after seq. */
 static bool event_seen(uint64_t seq, uint64_t va)
 {
 	uint64_t head = gdr_events_head();
@@ -461,13 +292,12 @@ static bool event_seen(uint64_t seq, uint64_t va)
 
 		while ((rc = gdr_events_get(seq, &ev)) == -EAGAIN)
 			;
-		if (rc == 0 && ev.start == va && ev.len == 0)
+		if (rc == 0 && ev.kind == GDR_EV_FREE && ev.start == va && ev.len == 0)
 			return true;
 	}
 	return false;
 }
 
-/* Allocates with alloc, frees with fr, and says whether the free was seen. */
 static int probe_path(gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t), free_fn fr,
 		      const char **why, const char *fail)
 {
@@ -488,71 +318,97 @@ static int probe_path(gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t), free_fn 
 	return rc == GDR_CUDA_SUCCESS ? 0 : (*why = "test free failed (cuMemFree)", -EIO);
 }
 
-static int probe_rc;
-static const char *probe_why;
+/* What the CUDA runtime and PyTorch ask cuGetProcAddress for (FACTS.md, fake_cuda.c). */
+static const struct {
+	const char *sym;
+	int version;
+	uint64_t flags;
+} gpa_asks[] = {
+	{ "cuMemFree", 3020, 0 },        { "cuMemFreeAsync", 11020, 0 },
+	{ "cuMemFreeAsync", 11020, 2 },  { "cuMemFreeHost", 2000, 0 },
+	{ "cuMemUnmap", 10020, 0 },      { "cuIpcCloseMemHandle", 4010, 0 },
+	{ "cuCtxDestroy", 4000, 0 },     { "cuDevicePrimaryCtxRelease", 11000, 0 },
+	{ "cuDevicePrimaryCtxReset", 11000, 0 }, { "cuDevicePrimaryCtxRelease", 7000, 0 },
+	{ "cuMemFree", 12000, 0 },       { "cuMemFreeAsync", 12000, 0 },
+};
+
+static int probe_rc = -ENODEV;
+static char probe_why[116] = "no CUDA driver";
+
+static void __attribute__((format(printf, 2, 3))) probe_fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	probe_rc = rc;
+	va_start(ap, fmt);
+	vsnprintf(probe_why, sizeof(probe_why), fmt, ap);
+	va_end(ap);
+}
 
 static void probe_once(void)
 {
-	static const char not_interposed[] =
-		"dlsym is not libgdrcache's: it was loaded after libc (dlopen'ed?); link it "
-		"(-lgdrcache) or LD_PRELOAD it";
 	gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t) = NULL;
+	gdr_cuGetProcAddress_v2_t gpa2;
+	gdr_cuGetProcAddress_v1_t gpa1;
 	const char *why = NULL;
-	void *h, *gpa, *fr = NULL, *fr2;
+	void *h, *fr = NULL, *fr2;
 	gdr_CUcontext borrowed;
 	int rc, st = 0;
 
-	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle())) {
-		probe_rc = -ENODEV, probe_why = "no CUDA driver";
+	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle()))
+		return; /* "no CUDA driver" */
+	if (install_rc) {
+		probe_fail(install_rc, "%s", install_why);
 		return;
 	}
-	/* (a) the CUDA runtime's path: dlsym(libcuda, "cuGetProcAddress_v2"), then through it. This
-	 * dlsym is whatever the global scope binds for this library, as for any other object. */
-	gpa = dlsym(h, "cuGetProcAddress_v2");
-	if (gpa) {
-		if (!is_ours(gpa))
-			goto not_ours;
-		((gdr_cuGetProcAddress_v2_t)gpa)("cuMemAlloc", (void **)&alloc, 12000, 0, &st);
-		((gdr_cuGetProcAddress_v2_t)gpa)("cuMemFree", &fr, 12000, 0, &st);
-	} else if ((gpa = dlsym(h, "cuGetProcAddress"))) {
-		if (!is_ours(gpa))
-			goto not_ours;
-		((gdr_cuGetProcAddress_v1_t)gpa)("cuMemAlloc", (void **)&alloc, 12000, 0);
-		((gdr_cuGetProcAddress_v1_t)gpa)("cuMemFree", &fr, 12000, 0);
+	gpa2 = (gdr_cuGetProcAddress_v2_t)dlsym(h, "cuGetProcAddress_v2");
+	gpa1 = (gdr_cuGetProcAddress_v1_t)dlsym(h, "cuGetProcAddress");
+	for (size_t i = 0; i < sizeof(gpa_asks) / sizeof(gpa_asks[0]); i++) {
+		void *f1 = NULL, *f2 = NULL;
+
+		if (gpa2)
+			gpa2(gpa_asks[i].sym, &f2, gpa_asks[i].version, gpa_asks[i].flags, &st);
+		if (gpa1 && gpa_asks[i].version < 12000)
+			gpa1(gpa_asks[i].sym, &f1, gpa_asks[i].version, gpa_asks[i].flags);
+		if ((f2 && !gdr_patch_is_patched(f2)) || (f1 && !gdr_patch_is_patched(f1))) {
+			probe_fail(-ENOSYS, "cuGetProcAddress(\"%s\") hands out a function that is "
+				   "not libcuda's exported entry", gpa_asks[i].sym);
+			return;
+		}
+	}
+	if (gpa2) {
+		gpa2("cuMemAlloc", (void **)&alloc, 3020, 0, &st);
+		gpa2("cuMemFree", &fr, 3020, 0, &st);
+	} else if (gpa1) {
+		gpa1("cuMemAlloc", (void **)&alloc, 3020, 0);
+		gpa1("cuMemFree", &fr, 3020, 0);
 	}
 	if (!alloc || !fr) {
-		probe_rc = -ENOSYS, probe_why = "cuGetProcAddress lacks cuMemAlloc / cuMemFree";
-		return;
-	}
-	if (!is_ours(fr)) {
-		probe_rc = -ENOSYS, probe_why = "cuGetProcAddress(\"cuMemFree\") was not wrapped";
+		probe_fail(-ENOSYS, "%s", "cuGetProcAddress lacks cuMemAlloc / cuMemFree");
 		return;
 	}
 	borrowed = gdr_cuda_context_borrow(0, &rc);
 	if (rc) {
-		probe_rc = rc, probe_why = "no CUDA context for the test allocation";
+		probe_fail(rc, "%s", "no CUDA context for the test allocation");
 		return;
 	}
+	/* (a) the CUDA runtime's and PyTorch's route */
 	rc = probe_path(alloc, (free_fn)fr, &why, "a free through cuGetProcAddress was not seen");
-	/* (b) dlsym(libcuda handle, "cuMemFree_v2"), as PyTorch looks functions up */
+	/* (b) dlsym(libcuda handle, "cuMemFree_v2") */
 	fr2 = rc ? NULL : dlsym(h, "cuMemFree_v2");
 	if (fr2)
 		rc = probe_path(alloc, (free_fn)fr2, &why,
 				"a free through dlsym(libcuda, \"cuMemFree_v2\") was not seen");
-	/* (c) a program linked with -lcuda calls cuMemFree_v2 directly: the dynamic linker binds the
-	 * first definition in the global scope, our forwarder or libcuda's own. Asked of the real
-	 * dlsym (ours would hand back a wrapper whichever it is). */
-	fr2 = rc ? NULL : gdr_hooks_real_dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+	/* (c) a direct call from a program linked with -lcuda: what the global scope binds */
+	fr2 = rc ? NULL : dlsym(RTLD_DEFAULT, "cuMemFree_v2");
 	if (fr2)
 		rc = probe_path(alloc, (free_fn)fr2, &why,
 				"a free through dlsym(RTLD_DEFAULT, \"cuMemFree_v2\") was not seen");
 	gdr_cuda_context_return(borrowed);
-	if (!rc && __atomic_load_n(&slots_exhausted, __ATOMIC_RELAXED))
-		rc = -ENOSPC, why = "more driver entry points than wrapper slots";
-	probe_rc = rc, probe_why = rc ? why : "free interception proven";
-	return;
-not_ours:
-	probe_rc = -ENOSYS, probe_why = not_interposed;
+	if (rc)
+		probe_fail(rc, "%s", why);
+	else
+		probe_fail(0, "%s", "every route to the driver's free functions is intercepted");
 }
 
 int gdr_events_probe(const char **why)
@@ -563,4 +419,52 @@ int gdr_events_probe(const char **why)
 	if (why)
 		*why = probe_why;
 	return probe_rc;
+}
+
+/* ---- Statistics ---------------------------------------------------------------------------------- */
+
+GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t size)
+{
+	struct gdr_intercept_stats s;
+	const char *why;
+
+	if (!out || size < offsetof(struct gdr_intercept_stats, frees)) {
+		gdr_err("NULL or too small statistics buffer");
+		return -EINVAL;
+	}
+	memset(&s, 0, sizeof(s));
+	s.state = gdr_cuda_load() ? -ENODEV : gdr_events_probe(&why);
+	snprintf(s.reason, sizeof(s.reason), "%s", s.state == -ENODEV ? "no CUDA driver" : why);
+	for (int i = 0; i < GDR_FREE_ROUTES; i++)
+		s.frees[i] = __atomic_load_n(&hs.frees[i], __ATOMIC_RELAXED);
+	s.released = __atomic_load_n(&hs.released, __ATOMIC_RELAXED);
+	s.deferred = __atomic_load_n(&hs.deferred, __ATOMIC_RELAXED);
+	s.reg_waits = gdr_caches_reg_waits();
+	s.oom_relief = __atomic_load_n(&hs.oom_relief, __ATOMIC_RELAXED);
+	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
+	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return 0;
+}
+
+/* One line for GDRCACHE_STATS and logs. */
+void gdr_hooks_stats_line(char *buf, size_t n)
+{
+	static const char *const names[GDR_FREE_ROUTES] = {
+		"cuMemFree", "cuMemFreeAsync", "cuMemFreeHost", "cuMemUnmap", "cuIpcCloseMemHandle",
+		"context",
+	};
+	size_t off = 0;
+
+	off += (size_t)snprintf(buf + off, n - off, "frees seen:");
+	for (int i = 0; i < GDR_FREE_ROUTES && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, " %s %llu", names[i],
+					(unsigned long long)__atomic_load_n(&hs.frees[i],
+									    __ATOMIC_RELAXED));
+	if (off < n)
+		snprintf(buf + off, n - off, "; pins released in frees %llu, deferred %llu; "
+			 "out-of-memory reliefs %llu (%llu retries succeeded); %llu ns in free hooks",
+			 (unsigned long long)hs.released, (unsigned long long)hs.deferred,
+			 (unsigned long long)hs.oom_relief, (unsigned long long)hs.oom_retry_ok,
+			 (unsigned long long)hs.free_ns);
 }

@@ -1,37 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Interception of the CUDA driver's free entry points (hooks.c, hooks_export.c): what the two files
- * share, and the few additions to cuda.c they use. See hooks.c for how it works.
+ * Interception of the CUDA driver's free and allocation entry points (hooks.c): what it needs from
+ * the rest of the library and offers it.
  */
 #ifndef GDRCACHE_HOOKS_H
 #define GDRCACHE_HOOKS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cuda_abi.h"
 
 #define GDR_HIDDEN __attribute__((visibility("hidden")))
 
-/* hooks.c. Called from the dlsym / dlvsym trampolines of hooks_export.c with the caller's
- * arguments: the function the trampoline jumps to with the same arguments (and the caller's return
- * address): the next dlsym / dlvsym in the process, or a hooked lookup that wraps the answer. Never
- * NULL. Safe before constructors and before any sanitizer runtime is initialised. */
-GDR_HIDDEN void *gdr_hooks_dlsym_route(void *handle, const char *name);
-GDR_HIDDEN void *gdr_hooks_dlvsym_route(void *handle, const char *name, const char *version);
-/* The next dlsym after libgdrcache (libc's when none): what a pass-through calls. */
-GDR_HIDDEN void *gdr_hooks_real_dlsym(void *handle, const char *name);
-/* What a cuGetProcAddress wrapper hands out for what the driver answered for sym. */
-GDR_HIDDEN void *gdr_hooks_wrap_proc(const char *sym, int version, void *fn);
-/* libcuda's own definition of an exported entry point (for the exported forwarders), or NULL. */
-GDR_HIDDEN void *gdr_hooks_libcuda_sym(const char *name);
+/* hooks.c */
+/* Patch libcuda's free and allocation entry points (once, from gdr_cuda_load). fresh: libcuda was
+ * loaded by this call's caller, so no thread can be inside it. The outcome is what
+ * gdr_events_probe() starts from. */
+GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
+/* Set when a free's pin release was left for later (nested hook, or a thread holding a cache
+ * lock): cache_unlock() and the outermost hook apply events while it is set. */
+extern GDR_HIDDEN int gdr_hooks_release_pending;
+/* One line of what the interception saw, for GDRCACHE_STATS. */
+GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);
 
-/* hooks_export.c defines this (shared library only; the static test library lacks it): the
- * forwarders libgdrcache exports under the driver's names, so that a lookup that finds one of
- * them does not wrap it a second time. NULL-terminated. */
-extern GDR_HIDDEN void *const gdr_hooks_exported[] __attribute__((weak));
+/* cache.c, for the hooks */
+/* Cache locks this thread holds (a hook must not wait for one then). */
+extern GDR_HIDDEN __thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* Apply pending free events in every cache now, releasing unreferenced pins of freed memory.
+ * Returns the number of pins released. Takes each cache's lock in turn. */
+GDR_HIDDEN uint64_t gdr_caches_apply_events(void);
+/* Release every unreferenced pin of every cache (out-of-memory relief). Returns how many. */
+GDR_HIDDEN uint64_t gdr_caches_relieve(void);
+/* Registrations that waited for a free in flight, summed over caches. */
+GDR_HIDDEN uint64_t gdr_caches_reg_waits(void);
 
-/* cuda.c additions. */
+/* cuda.c */
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
 GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
 /* Make the device's primary context current on a thread that has none (NULL when nothing was

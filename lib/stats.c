@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "gdrcache_int.h"
+#include "hooks.h"
 
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gdr_cache *live;
@@ -53,6 +54,12 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		s->sync_memops_unavailable, s->fail_pin, s->fail_pin_retried, s->fail_mr,
 		s->fail_cuda, s->fail_input, s->refused_managed, s->overlap_merged, s->detached,
 		s->fast_hits, s->events, s->events_lost);
+	{
+		char line[512];
+
+		gdr_hooks_stats_line(line, sizeof(line));
+		fprintf(stderr, "gdrcache[%d] interception: %s\n", (int)getpid(), line);
+	}
 }
 
 static void print_live_at_exit(void)

@@ -155,6 +155,14 @@ void gdr_thr_cache_init(struct gdr_cache *c)
 	pthread_mutex_unlock(&alive_lock);
 }
 
+void gdr_thr_foreach_cache(void (*fn)(struct gdr_cache *c, void *arg), void *arg)
+{
+	pthread_mutex_lock(&alive_lock);
+	for (struct gdr_cache *c = alive; c; c = c->next_alive)
+		fn(c, arg);
+	pthread_mutex_unlock(&alive_lock);
+}
+
 void gdr_thr_cache_fini(struct gdr_cache *c)
 {
 	struct gdr_thr *t, *n;

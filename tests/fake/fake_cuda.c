@@ -88,6 +88,25 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* The free and allocation entry points that libgdrcache patches (lib/patch.c): their exported
+ * symbols are assembly prologues SIMULATING libcuda 580.159.04's entry bytes (fake_entry_<arch>.S)
+ * that call fake_impl_<name>, defined here (hidden). fake_api_flag is what the x86-64 prologue's
+ * RIP-relative cmp reads, as libcuda's does. Elsewhere the C function is the entry point. */
+#define FAKE_PATCHED_ENTRIES(X)                                                                    \
+	X(cuMemFree_v2) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemFreeHost) X(cuMemUnmap)    \
+	X(cuIpcCloseMemHandle) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset)       \
+	X(cuDevicePrimaryCtxReset_v2) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) \
+	X(cuMemAlloc_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocHost_v2)           \
+	X(cuMemAllocManaged)
+#if defined(__x86_64__) || defined(__aarch64__)
+#define ENTRY_FN(name) fake_impl_##name
+#define ENTRY_EXPORT
+#else
+#define ENTRY_FN(name) name
+#define ENTRY_EXPORT EXPORT
+#endif
+int fake_api_flag;
+
 /* ---- cuda.h's types and values (kept independent of lib/cuda_abi.h on purpose) ------------- */
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -337,8 +356,15 @@ static bool has_context(void)
 
 /* Count the call, apply an armed fault, check cuInit. Returns true with *rc when the call must
  * return *rc at once. */
+static void (*_Atomic g_enter_hook)(const char *entry, void *arg);
+static void *_Atomic g_enter_hook_arg;
+
 static bool enter(enum entry e, bool need_init, CUresult *rc)
 {
+	void (*hook)(const char *, void *) = atomic_load(&g_enter_hook);
+
+	if (hook)
+		hook(entry_name[e], atomic_load(&g_enter_hook_arg));
 	atomic_fetch_add_explicit(&g_calls[e], 1, memory_order_relaxed);
 	if (atomic_load_explicit(&g_faults_armed, memory_order_acquire)) {
 		bool fail = false;
@@ -1243,6 +1269,12 @@ EXPORT void fake_cuda_force_new_va(bool on)
 	unlock();
 }
 
+EXPORT void fake_cuda_set_enter_hook(void (*cb)(const char *entry, void *arg), void *arg)
+{
+	atomic_store(&g_enter_hook_arg, arg);
+	atomic_store(&g_enter_hook, cb);
+}
+
 EXPORT void fake_cuda_set_free_observer(fake_cuda_free_observer_t cb, void *arg)
 {
 	lock();
@@ -1420,13 +1452,13 @@ static CUresult ctx_destroy(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+ENTRY_EXPORT CUresult ENTRY_FN(cuCtxDestroy)(CUcontext ctx)
 {
 	ENTER(cuCtxDestroy, true);
 	return ctx_destroy(ctx);
 }
 
-EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+ENTRY_EXPORT CUresult ENTRY_FN(cuCtxDestroy_v2)(CUcontext ctx)
 {
 	ENTER(cuCtxDestroy_v2, true);
 	return ctx_destroy(ctx);
@@ -1440,13 +1472,13 @@ static CUresult primary_reset(CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxReset)(CUdevice dev)
 {
 	ENTER(cuDevicePrimaryCtxReset, true);
 	return primary_reset(dev);
 }
 
-EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxReset_v2)(CUdevice dev)
 {
 	ENTER(cuDevicePrimaryCtxReset_v2, true);
 	return primary_reset(dev);
@@ -1470,13 +1502,13 @@ static CUresult primary_release(CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxRelease)(CUdevice dev)
 {
 	ENTER(cuDevicePrimaryCtxRelease, true);
 	return primary_release(dev);
 }
 
-EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxRelease_v2)(CUdevice dev)
 {
 	ENTER(cuDevicePrimaryCtxRelease_v2, true);
 	return primary_release(dev);
@@ -1854,13 +1886,13 @@ static CUresult entry_alloc(int kind, CUdeviceptr *dptr, size_t size)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize)
 {
 	ENTER(cuMemAlloc_v2, true);
 	return entry_alloc(FAKE_CUDA_KIND_DEVICE, dptr, bytesize);
 }
 
-EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemFree_v2)(CUdeviceptr dptr)
 {
 	ENTER(cuMemFree_v2, true);
 	return fake_cuda_free(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -1903,7 +1935,7 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 	return rc;
 }
 
-EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocHost_v2)(void **pp, size_t bytesize)
 {
 	CUdeviceptr d;
 	CUresult rc;
@@ -1916,13 +1948,14 @@ EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 	return rc;
 }
 
-EXPORT CUresult cuMemFreeHost(void *p)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeHost)(void *p)
 {
 	ENTER(cuMemFreeHost, true);
 	return fake_cuda_free_host(p) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocManaged)(CUdeviceptr *dptr, size_t bytesize,
+						   unsigned int flags)
 {
 	ENTER(cuMemAllocManaged, true);
 	if (flags != 1 && flags != 2) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
@@ -1930,35 +1963,37 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
 	return entry_alloc(FAKE_CUDA_KIND_MANAGED, dptr, bytesize);
 }
 
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize,
+						 CUstream hStream)
 {
 	(void)hStream;
 	ENTER(cuMemAllocAsync, true);
 	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize);
 }
 
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream)
 {
 	(void)hStream;
 	ENTER(cuMemFreeAsync, true);
 	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize,
+						      CUstream hStream)
 {
 	(void)hStream;
 	ENTER(cuMemAllocAsync_ptsz, true);
 	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize);
 }
 
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream)
 {
 	(void)hStream;
 	ENTER(cuMemFreeAsync_ptsz, true);
 	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemUnmap)(CUdeviceptr ptr, size_t size)
 {
 	ENTER(cuMemUnmap, true);
 	return fake_cuda_vmm_unmap(ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -1979,13 +2014,18 @@ EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
 	return entry_alloc(FAKE_CUDA_KIND_DEVICE, pdptr, size ? size : CHUNK);
 }
 
-EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+ENTRY_EXPORT CUresult ENTRY_FN(cuIpcCloseMemHandle)(CUdeviceptr dptr)
 {
 	ENTER(cuIpcCloseMemHandle, true);
 	return fake_cuda_free(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 /* ---- cuGetProcAddress ----------------------------------------------------------------------- */
+
+/* The exported entries (the assembly prologues): what cuGetProcAddress hands out, as dlsym does. */
+#define X(n) EXPORT __typeof__(ENTRY_FN(n)) n;
+FAKE_PATCHED_ENTRIES(X)
+#undef X
 
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,

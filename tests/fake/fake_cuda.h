@@ -189,6 +189,10 @@ int fake_cuda_set_device_attr(int attr, int value);
 void fake_cuda_set_driver_version(int version);
 /* true: never reuse a VA: new chunks and sub-allocations go above everything used before. */
 void fake_cuda_force_new_va(bool on);
+/* Install (or with NULL remove) a function called at the start of every driver entry point, before
+ * it counts the call or does anything, outside the fake's lock, on the calling thread: a test can
+ * stop a thread inside the driver there (a free in flight). Not reset by fake_cuda_reset. */
+void fake_cuda_set_enter_hook(void (*cb)(const char *entry, void *arg), void *arg);
 /* Install (or with NULL remove) the free observer. */
 void fake_cuda_set_free_observer(fake_cuda_free_observer_t cb, void *arg);
 

@@ -115,9 +115,11 @@ static void *resolve(const char *name, int version)
 	return fn;
 }
 
+static void *g_handle;
+
 static void load(void)
 {
-	void *h = dlopen("libcuda.so.1", RTLD_NOW);
+	void *h = g_handle = dlopen("libcuda.so.1", RTLD_NOW);
 
 	if (!h) {
 		printf("Bail out! dlopen libcuda.so.1: %s\n", dlerror());
@@ -189,6 +191,53 @@ static void test_proc_address(void)
 	fake_cuda_reset();
 	gpa2("cuCtxSetFlags", &fn, 13000, 0, &status);
 	CHECK(fn != NULL && status == 0, "reset unhides");
+}
+
+/* The free and allocation entries begin as libcuda 580.159.04's do (fake_entry_<arch>.S), and
+ * cuGetProcAddress hands out those exported entries, as dlsym does (FACTS.md). */
+static void test_entries(void)
+{
+	static const struct {
+		const char *exported, *base;
+		int version, flags;
+	} e[] = {
+		{ "cuMemFree_v2", "cuMemFree", 12000, 0 },
+		{ "cuMemFreeAsync", "cuMemFreeAsync", 12000, 0 },
+		{ "cuMemFreeAsync_ptsz", "cuMemFreeAsync", 12000, 2 },
+		{ "cuMemFreeHost", "cuMemFreeHost", 12000, 0 },
+		{ "cuMemUnmap", "cuMemUnmap", 12000, 0 },
+		{ "cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 12000, 0 },
+		{ "cuCtxDestroy", "cuCtxDestroy", 3000, 0 },
+		{ "cuCtxDestroy_v2", "cuCtxDestroy", 12000, 0 },
+		{ "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset", 7000, 0 },
+		{ "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 12000, 0 },
+		{ "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease", 7000, 0 },
+		{ "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 12000, 0 },
+		{ "cuMemAlloc_v2", "cuMemAlloc", 12000, 0 },
+		{ "cuMemAllocAsync", "cuMemAllocAsync", 12000, 0 },
+		{ "cuMemAllocAsync_ptsz", "cuMemAllocAsync", 12000, 2 },
+		{ "cuMemAllocHost_v2", "cuMemAllocHost", 12000, 0 },
+		{ "cuMemAllocManaged", "cuMemAllocManaged", 12000, 0 },
+	};
+#if defined(__x86_64__)
+	static const unsigned char prologue[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54,
+						  0x48, 0x83, 0xec, 0x08, 0x81, 0x3d };
+#elif defined(__aarch64__)
+	static const unsigned char prologue[] = { 0xfd, 0x7b, 0xbf, 0xa9, 0xfd, 0x03, 0x00, 0x91 };
+#endif
+
+	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+		void *sym = dlsym(g_handle, e[i].exported), *fn = NULL;
+		int status = -1;
+
+		gpa2(e[i].base, &fn, e[i].version, e[i].flags, &status);
+		CHECK(sym && fn == sym, "cuGetProcAddress(%s, %d, %d) is dlsym's %s", e[i].base,
+		      e[i].version, e[i].flags, e[i].exported);
+#if defined(__x86_64__) || defined(__aarch64__)
+		CHECK(sym && !memcmp(sym, prologue, sizeof(prologue)), "%s begins as libcuda's",
+		      e[i].exported);
+#endif
+	}
 }
 
 static void test_init(void)
@@ -750,6 +799,7 @@ int main(void)
 {
 	load();
 	test_proc_address();
+	test_entries();
 	test_init();
 	test_va_reuse();
 	test_attributes();

@@ -50,9 +50,22 @@ static bool disabled;
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 
+/* The fake driver's own entry points, as a CUDA program calls them: libgdrcache sees the frees. */
+int cuInit(unsigned int flags);
+int cuMemAlloc_v2(uint64_t *p, size_t size);
+int cuMemFree_v2(uint64_t p);
+
 static void *gpu_alloc(size_t size)
 {
-	return (void *)(uintptr_t)fake_cuda_alloc(size);
+	uint64_t p = 0;
+
+	cuInit(0);
+	return cuMemAlloc_v2(&p, size) ? NULL : (void *)(uintptr_t)p;
+}
+
+static void gpu_free(void *p)
+{
+	cuMemFree_v2((uintptr_t)p);
 }
 
 /* Whether the program got its own shadow (cached) rather than libibverbs' MR. */
@@ -101,7 +114,7 @@ static void test_cached(void)
 	c = ibv_reg_mr(pd, buf, 65536, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(cached(c) && fcount("reg") == reg0 + 1, "registering it again is a cache hit");
 	ibv_dereg_mr(c);
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 static void test_access_and_iova(void)
@@ -133,7 +146,7 @@ static void test_access_and_iova(void)
 	a = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
 	CHECK(a && fis_mr(a), "IBV_ACCESS_ON_DEMAND passes through");
 	ibv_dereg_mr(a);
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 static void test_host(void)
@@ -158,14 +171,14 @@ static void test_stale(void)
 	uint32_t lkey = a ? a->lkey : 0;
 
 	ibv_dereg_mr(a);
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 	again = gpu_alloc(65536);
 	CHECK(again == buf, "the fake driver hands the freed address out again (as CUDA does)");
 	b = ibv_reg_mr(pd, again, 65536, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(cached(b) && b->lkey != lkey && fcount("reg") == reg0 + 2,
 	      "the new buffer at the same address gets a new MR, never the freed one's");
 	ibv_dereg_mr(b);
-	fake_cuda_free((uintptr_t)again);
+	gpu_free(again);
 }
 
 static void test_dealloc_pd(void)
@@ -189,7 +202,7 @@ static void test_dealloc_pd(void)
 	      "a new PD at the same address gets a new MR");
 	ibv_dereg_mr(mr);
 	CHECK(ibv_dealloc_pd(q) == 0, "and is deallocated");
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 static void test_close_device(void)
@@ -208,8 +221,8 @@ static void test_close_device(void)
 	      "no MR of the cache was left registered when the device closed");
 	CHECK(ibv_dereg_mr(held) == 0 && fcount("dereg_bad") == dereg_bad0,
 	      "the held MR's later ibv_dereg_mr returns 0 and touches nothing of the closed device");
-	fake_cuda_free((uintptr_t)b1);
-	fake_cuda_free((uintptr_t)b2);
+	gpu_free(b1);
+	gpu_free(b2);
 }
 
 static void test_rereg(void)
@@ -243,8 +256,8 @@ static void test_rereg(void)
 	ibv_dereg_mr(plain);
 	ibv_dereg_mr(ref);
 	free(h);
-	fake_cuda_free((uintptr_t)g1);
-	fake_cuda_free((uintptr_t)g2);
+	gpu_free(g1);
+	gpu_free(g2);
 }
 
 static void test_dmabuf(void)
@@ -277,7 +290,7 @@ static void test_compat_1_0(void)
 	      "it forwards to libibverbs' 1.0 function, whose 1.1 call comes back to the cache");
 	CHECK(dereg_1_0(mr) == 0 && fcount("dereg_1_0") == d0 + 1 && fcount("dereg_bad") == 0,
 	      "ibv_dereg_mr@IBVERBS_1.0 releases the shadow the same way");
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 static void test_fork(void)
@@ -305,7 +318,7 @@ static void test_fork(void)
 	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
 	      WEXITSTATUS(status) == 0, "the child passed (status %#x)", status);
 	CHECK(cached(mr) && ibv_dereg_mr(mr) == 0, "parent: its MR is still its own to release");
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 #define THREADS 4
@@ -343,7 +356,7 @@ static void test_threads(void)
 	CHECK(bad == 0 && fcount("dereg_bad") == 0, "%d threads x %d shadow reg/dereg: %ld bad",
 	      THREADS, ITERS, bad);
 	for (int i = 0; i < THREADS; i++)
-		fake_cuda_free((uintptr_t)tbufs[i]);
+		gpu_free(tbufs[i]);
 }
 
 static void test_disabled(void)
@@ -354,7 +367,7 @@ static void test_disabled(void)
 
 	CHECK(mr && fis_mr(mr) && mr->addr == buf, "GDRCACHE_DISABLE=1: a GPU buffer passes through");
 	CHECK(ibv_dereg_mr(mr) == 0 && fcount("dereg") == d0 + 1, "and so does its release");
-	fake_cuda_free((uintptr_t)buf);
+	gpu_free(buf);
 }
 
 int main(int argc, char **argv)

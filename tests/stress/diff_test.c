@@ -17,12 +17,16 @@
  * Validation modes: "tag" (BUFFER_ID on every hit) and "events". In mode events the cache makes no
  * driver call on a hit and relies on free events: here the test publishes them itself, just before
  * each free, remap and unmap, as the library's interception of the driver's free functions does in
- * a real process (that interception is tested on its own: tests/unit/test_events.c, tests/gpu).
+ * a real process. Mode "intercept" is events with that interception itself: frees, unmaps and
+ * allocations go through the fake driver's entry points, which the library patched, and the frees
+ * run on another thread (handed over and waited for, so the oracle's order holds), as an MPI
+ * progress thread or PyTorch's allocator would free.
  *
- * Usage: diff_test [operations] [seed] [tag|events]   (default 10,000,000 operations, tag)
+ * Usage: diff_test [operations] [seed] [tag|events|intercept]   (default 10,000,000, tag)
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,13 +71,65 @@ static unsigned seed;
 static uint64_t rng_state;
 static int orphans;            /* held registrations whose buffer was freed (a caller bug, survived) */
 static uint64_t max_bytes = 8 * MiB, max_entries = 8;
-static bool events_mode;
+static bool events_mode, intercept_mode;
 
 /* Mode events: what the interception of cuMemFree / cuMemUnmap / ... publishes. */
 static void freeing(uint64_t va, uint64_t size)
 {
-	if (events_mode)
+	if (events_mode && !intercept_mode)
 		gdr_events_push(va, size);
+}
+
+/* Mode intercept: the fake driver's entry points (patched by the library), on the free thread. */
+int cuMemFree_v2(uint64_t p);
+int cuMemFreeAsync(uint64_t p, void *stream);
+int cuMemUnmap(uint64_t p, size_t size);
+int cuMemAlloc_v2(uint64_t *p, size_t size);
+int cuMemAllocAsync(uint64_t *p, size_t size, void *stream);
+
+enum { F_NONE, F_FREE, F_FREE_ASYNC, F_UNMAP, F_QUIT };
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int what, rc;
+	uint64_t va, size;
+} ft = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, F_NONE, 0, 0, 0 };
+
+static void *free_thread(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&ft.lock);
+	for (;;) {
+		while (ft.what == F_NONE)
+			pthread_cond_wait(&ft.cond, &ft.lock);
+		if (ft.what == F_QUIT)
+			break;
+		ft.rc = ft.what == F_FREE ? cuMemFree_v2(ft.va) :
+			ft.what == F_FREE_ASYNC ? cuMemFreeAsync(ft.va, NULL) :
+			cuMemUnmap(ft.va, ft.size);
+		ft.what = F_NONE;
+		pthread_cond_broadcast(&ft.cond);
+	}
+	pthread_mutex_unlock(&ft.lock);
+	return NULL;
+}
+
+/* A free as the program makes it: the fake's control call, or the driver entry on the free thread. */
+static int free_call(int what, uint64_t va, uint64_t size)
+{
+	int rc;
+
+	if (!intercept_mode)
+		return what == F_FREE ? fake_cuda_free(va) : what == F_FREE_ASYNC ?
+			fake_cuda_free_async(va) : fake_cuda_vmm_unmap(va, size);
+	pthread_mutex_lock(&ft.lock);
+	ft.what = what, ft.va = va, ft.size = size;
+	pthread_cond_broadcast(&ft.cond);
+	while (ft.what != F_NONE)
+		pthread_cond_wait(&ft.cond, &ft.lock);
+	rc = ft.rc;
+	pthread_mutex_unlock(&ft.lock);
+	return rc;
 }
 
 static int probe_simulated(const char **why)
@@ -101,7 +157,15 @@ static uint64_t rnd_range(uint64_t lo, uint64_t hi)
 
 static uint64_t alloc_kind(enum kind k, uint64_t size)
 {
-	return k == K_POOL ? fake_cuda_alloc_async(size) : fake_cuda_alloc(size);
+	uint64_t p = 0;
+
+	if (!intercept_mode)
+		return k == K_POOL ? fake_cuda_alloc_async(size) : fake_cuda_alloc(size);
+	if (k == K_POOL)
+		cuMemAllocAsync(&p, size, NULL);
+	else
+		cuMemAlloc_v2(&p, size);
+	return p;
 }
 
 static void slot_alloc(int i)
@@ -141,13 +205,13 @@ static void slot_free(int i)
 		}
 	freeing(s->va, s->kind == K_POOL ? 0 : s->size);
 	if (s->kind == K_VMM) {
-		CHECK(fake_cuda_vmm_unmap(s->va, 2 * MiB) == 0);
-		CHECK(fake_cuda_vmm_unmap(s->va + 2 * MiB, 2 * MiB) == 0);
+		CHECK(free_call(F_UNMAP, s->va, 2 * MiB) == 0);
+		CHECK(free_call(F_UNMAP, s->va + 2 * MiB, 2 * MiB) == 0);
 		CHECK(fake_cuda_vmm_free(s->va, s->size) == 0);
 	} else if (s->kind == K_POOL) {
-		CHECK(fake_cuda_free_async(s->va) == 0);
+		CHECK(free_call(F_FREE_ASYNC, s->va, 0) == 0);
 	} else {
-		CHECK(fake_cuda_free(s->va) == 0);
+		CHECK(free_call(F_FREE, s->va, 0) == 0);
 	}
 	s->kind = K_NONE;
 	n.frees++;
@@ -169,7 +233,7 @@ static void slot_realloc(int i)
 				orphans++;
 			}
 		freeing(m, 2 * MiB);
-		CHECK(fake_cuda_vmm_unmap(m, 2 * MiB) == 0);
+		CHECK(free_call(F_UNMAP, m, 2 * MiB) == 0);
 		CHECK(fake_cuda_vmm_map(m, 2 * MiB) == 0);
 		n.remaps++;
 		return;
@@ -287,10 +351,16 @@ int main(int argc, char **argv)
 	struct gdr_cache_stats st;
 
 	seed = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 20261121u;
-	events_mode = argc > 3 && !strcmp(argv[3], "events");
+	intercept_mode = argc > 3 && !strcmp(argv[3], "intercept");
+	events_mode = intercept_mode || (argc > 3 && !strcmp(argv[3], "events"));
 	attr.field_mask |= GDR_CACHE_ATTR_VALIDATE;
 	attr.validate = events_mode ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG;
-	gdr_events_prober = probe_simulated;
+	pthread_t freer;
+
+	if (intercept_mode)
+		pthread_create(&freer, NULL, free_thread, NULL);
+	else
+		gdr_events_prober = probe_simulated;
 	rng_state = 0x9e3779b97f4a7c15ULL ^ seed;
 	fake_verbs_install();
 	fake_backend_reset();
@@ -332,6 +402,13 @@ int main(int argc, char **argv)
 		do_dereg();
 	CHECK(gdr_cache_get_stats(cache, &st) == 0);
 	CHECK(gdr_cache_destroy(cache) == 0);
+	if (intercept_mode) {
+		pthread_mutex_lock(&ft.lock);
+		ft.what = F_QUIT;
+		pthread_cond_broadcast(&ft.cond);
+		pthread_mutex_unlock(&ft.lock);
+		pthread_join(freer, NULL);
+	}
 	CHECK(fake_be.outstanding == 0);          /* no pin leaked */
 	CHECK(fake_be.outstanding_bytes == 0);
 	CHECK(fake_verbs.outstanding == 0);       /* no MR leaked */
@@ -341,7 +418,7 @@ int main(int argc, char **argv)
 	       " with a PD, %" PRIu64 " refused for lack of pinnable space), %" PRIu64 " gdr_dereg, %"
 	       PRIu64 " allocs, %" PRIu64 " frees, %" PRIu64 " reallocs at the same VA, %" PRIu64
 	       " VMM remaps, %" PRIu64 " flushes\n",
-	       ops, seed, events_mode ? "events" : "tag", n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
+	       ops, seed, intercept_mode ? "events, intercepted" : events_mode ? "events" : "tag", n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
 	       n.remaps, n.flushes);
 	printf("diff_test: cache: %" PRIu64 " hits (%" PRIu64 " lock-free), %" PRIu64 " misses, %"
 	       PRIu64 " stale, %" PRIu64 " free events, %" PRIu64 " tag checks, %" PRIu64

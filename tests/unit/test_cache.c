@@ -22,8 +22,11 @@ static struct gdr_cache *cache;
 static struct gdr_cache *make(uint64_t mask, uint64_t max_bytes, uint64_t max_entries,
 			      uint64_t max_pin)
 {
-	struct gdr_cache_attr a = { .field_mask = mask, .max_bytes = max_bytes,
-				    .max_entries = max_entries, .max_pin_bytes = max_pin };
+	/* Mode tag: these tests free through the fake's control calls, which no hook sees (the
+	 * interception is test_intercept's and tests/events'). */
+	struct gdr_cache_attr a = { .field_mask = mask | GDR_CACHE_ATTR_VALIDATE,
+				    .max_bytes = max_bytes, .max_entries = max_entries,
+				    .max_pin_bytes = max_pin, .validate = GDR_VALIDATE_TAG };
 	struct gdr_cache *c = NULL;
 
 	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
