@@ -7,6 +7,7 @@
  * check that no producer of a later lap has reserved it since.
  */
 #include <errno.h>
+#include <pthread.h>
 
 #include "events.h"
 
@@ -133,6 +134,35 @@ unsigned gdr_events_inflight_count(void)
 	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++)
 		n += __atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_FREE;
 	return n;
+}
+
+/* fork(): the child has only the forking thread. A slot another thread had reserved but not yet
+ * written would never be written (a drain would wait for it for ever), and a free another thread
+ * had announced would never end (registrations would wait for ever): the child writes such slots
+ * as "everything freed" (every cache drops all it holds, which is right: the child cannot use the
+ * parent's CUDA context anyway) and clears the announcements. */
+static void events_fork_child(void)
+{
+	uint64_t head = __atomic_load_n(&ev.head, __ATOMIC_RELAXED);
+
+	for (uint64_t n = head > GDR_EVENTS_RING ? head - GDR_EVENTS_RING : 0; n < head; n++) {
+		struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
+
+		if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) != n + 1) {
+			s->start = 0;
+			s->len = GDR_EVENT_ALL_LEN;
+			s->kind = GDR_EV_FREE;
+			__atomic_store_n(&s->seq, n + 1, __ATOMIC_RELEASE);
+		}
+	}
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++)
+		__atomic_store_n(&inflight[i].state, IF_FREE, __ATOMIC_RELAXED);
+	__atomic_store_n(&overflow, 0, __ATOMIC_RELAXED);
+}
+
+static void __attribute__((constructor)) events_init(void)
+{
+	pthread_atfork(NULL, NULL, events_fork_child);
 }
 
 int (*gdr_events_prober)(const char **why) = gdr_events_probe;

@@ -23,6 +23,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cuda_abi.h"
@@ -201,6 +203,42 @@ static void test_registration_during_free_is_not_cached(void **state)
 	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(cuMemFree_v2(va2), GDR_CUDA_SUCCESS);
 	assert_int_equal(gdr_events_inflight_count(), 0);
+}
+
+/* fork() while another thread is inside a free: the child has no such thread, so the free it had
+ * announced never ends there; the child must still register (not wait for ever). */
+static void test_fork_during_free(void **state)
+{
+	struct gdr_region *r = NULL;
+	pthread_t tf;
+	int status = -1;
+	pid_t pid;
+
+	(void)state;
+	pause_.va = alloc(4 * MiB);
+	pause_.inside = pause_.go = 0;
+	fake_cuda_set_enter_hook(enter_hook, NULL);
+	pthread_create(&tf, NULL, freer, NULL);
+	pthread_mutex_lock(&pause_.lock);
+	while (!pause_.inside)
+		pthread_cond_wait(&pause_.cond, &pause_.lock);
+	pthread_mutex_unlock(&pause_.lock);
+	pid = fork();
+	if (pid == 0) {
+		alarm(20); /* a hang fails the test instead of stalling it */
+		_exit(gdr_reg(cache, NULL, (void *)(uintptr_t)pause_.va, 4096, 0, &r) == 0 &&
+		      gdr_dereg(r) == 0 ? 0 : 1);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	pthread_mutex_lock(&pause_.lock);
+	pause_.go = 1;
+	pthread_cond_broadcast(&pause_.cond);
+	pthread_mutex_unlock(&pause_.lock);
+	pthread_join(tf, NULL);
+	fake_cuda_set_enter_hook(NULL, NULL);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* ---- acting before the free returns ------------------------------------------------------------ */
@@ -396,6 +434,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_probe_proves_every_route, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_registration_during_free_is_not_cached, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_fork_during_free, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unreferenced_pin_released_inside_free, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_held_pin_released_at_last_dereg, setup, teardown),
