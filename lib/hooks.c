@@ -130,7 +130,7 @@ typedef gdr_CUresult (*dev_fn)(gdr_CUdevice);
 		gdr_CUresult rc;                                                                \
                                                                                                 \
 		free_begin(&fs, route, start, len);                                             \
-		rc = ((gdr_CUresult(*) params)o_##name) args;                                   \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
 		free_end(&fs);                                                                  \
 		return rc;                                                                      \
 	}
@@ -170,9 +170,9 @@ static bool oom_relieve(void)
 		gdr_CUresult rc;                                                                \
                                                                                                 \
 		hook_depth++;                                                                   \
-		rc = ((gdr_CUresult(*) params)o_##name) args;                                   \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
 		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                      \
-			rc = ((gdr_CUresult(*) params)o_##name) args;                           \
+			rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                           \
 			if (rc == GDR_CUDA_SUCCESS)                                             \
 				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);      \
 		}                                                                               \
@@ -246,7 +246,8 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 
 		if (!fn)
 			continue; /* this libcuda does not have it */
-		t->state = gdr_patch_install(fn, t->hook, t->orig, &t->why);
+		t->state = gdr_patch_install(fn, t->hook, t->orig, fresh ? GDR_PATCH_QUIESCENT : 0,
+					     &t->why);
 		if (t->required) {
 			nreq++;
 			if (!t->state) {

@@ -14,19 +14,25 @@
  * instruction fetch sees the old bytes or the new ones, never a mix, so a call that enters the
  * target before the store runs the original code, and one that enters after it runs the hook.
  * The stub, orig and the table entry are complete before the store, so a thread that takes the
- * new branch finds them. What is NOT safe:
- *  - x86-64 moves whole instructions until 5 bytes are covered (libcuda 580: push rbp; mov rbp,rsp;
- *    push r12 = 6 bytes). A thread that has executed the first of them and is stopped (preempted,
- *    in a signal handler) before the end of the moved bytes resumes at an address that is now in
- *    the middle of the jump and runs garbage. No check here can see it. hooks.c therefore
- *    patches, where it can, when it has just loaded libcuda itself and no thread can be inside
- *    it; a target whose first instruction alone covers 5 bytes has no such window.
+ * new branch finds them. A thread already INSIDE the target (past its first instruction, perhaps
+ * preempted there) must find the rest of the bytes as they were:
+ *  - x86-64, the one-byte form (tried first): only byte 0 becomes E9; bytes 1-4, unchanged, are
+ *    the jump's displacement, and the stub is mapped at exactly the address they name
+ *    (target + 5 + disp, about 1 GiB above libcuda 580's functions). Every byte after the first
+ *    instruction is untouched: a thread past it runs on as before. orig is the first instruction
+ *    moved, then a jump to target + its length. Needs that address free (or in a stub page of
+ *    ours); pages there are mapped with MAP_FIXED_NOREPLACE and never given back.
+ *  - x86-64, the five-byte form: whole instructions covering 5 bytes are moved (libcuda 580:
+ *    push rbp; mov rbp,rsp; push r12). A thread stopped after the first of them resumes in the
+ *    middle of the jump and crashes (4 of 40 patches under 8 calling threads on 2 cores, in a
+ *    deliberate stress). So it is written only with GDR_PATCH_QUIESCENT: the caller has just
+ *    loaded the library and no thread can be inside it.
  *  - aarch64 replaces one instruction, so no thread can be inside what moved; but the
  *    architecture guarantees concurrent modification + execution only between B, BL, NOP, BRK,
  *    SVC, HVC, SMC and ISB, and the replaced instruction (e.g. STP) is not one of those. Linux's
- *    ftrace relies on the same in practice; patching before threads run is again the safe way.
+ *    ftrace relies on the same in practice.
  *  - x86 cross-modifying code formally needs a serializing instruction on the executing core; an
- *    aligned locked store of a whole jump is what every user-space patcher relies on.
+ *    aligned locked store is what every user-space patcher relies on.
  *  - A branch from elsewhere into the moved bytes (a loop back to the second instruction) would
  *    land in the jump: compilers do not emit that into a prologue, and nothing here checks it.
  * Installs are serialised by a mutex; gdr_patch_is_patched reads the table without it (entries
@@ -72,6 +78,12 @@ static struct {
 } pages[MAX_PAGES];
 static unsigned npages;
 
+/* The one-byte form's stubs, each at the address its entry's bytes name, and their pages. */
+static uintptr_t stubs[MAX_PATCHES];
+static unsigned nstubs;
+static uintptr_t stub_pages[MAX_PAGES];
+static unsigned nstub_pages;
+
 #if !defined(__x86_64__) && !defined(__aarch64__)
 const struct gdr_patch_arch *gdr_patch_arch(void)
 {
@@ -79,7 +91,7 @@ const struct gdr_patch_arch *gdr_patch_arch(void)
 }
 #endif
 
-/* ---- /proc/self/maps, read without the heap ---------------------------------------------------- */
+/* ---- /proc/self/maps, read without the heap -------------------------------------------------- */
 
 struct mapping {
 	uintptr_t start, end;
@@ -186,7 +198,7 @@ static int find_mapping(uintptr_t addr, struct mapping *m)
 	return 0;
 }
 
-/* ---- Trampoline memory ------------------------------------------------------------------------ */
+/* ---- Trampoline memory ----------------------------------------------------------------------- */
 
 struct gap_arg {
 	uintptr_t target, lo, hi; /* a page at [c, c + page) must have lo <= c <= hi */
@@ -309,7 +321,7 @@ static void slot_unwrite(const uint8_t *slot)
 			pages[i].used -= GDR_PATCH_SLOT;
 }
 
-/* ---- Installing ------------------------------------------------------------------------------- */
+/* ---- Installing ------------------------------------------------------------------------------ */
 
 static int refuse(const char **why, const char *reason, int err)
 {
@@ -336,9 +348,106 @@ static int decode(const struct gdr_patch_arch *a, const uint8_t *code, size_t av
 	return moved;
 }
 
+/* Whether the stub page at base is ours (-1: no; else its index). */
+static int stub_page(uintptr_t base)
+{
+	for (unsigned i = 0; i < nstub_pages; i++)
+		if (stub_pages[i] == base)
+			return (int)i;
+	return -1;
+}
+
+/* Makes [dest, dest + GDR_PATCH_SHORT_STUB) ours and writable: 0, or -ENOMEM. Pages newly mapped
+ * stay ours whatever happens next (a later stub may use them). */
+static int stub_room(uintptr_t dest, size_t page)
+{
+	uintptr_t first = dest & ~(uintptr_t)(page - 1);
+	uintptr_t last = (dest + GDR_PATCH_SHORT_STUB - 1) & ~(uintptr_t)(page - 1);
+
+	if (dest < ADDR_FLOOR || dest + GDR_PATCH_SHORT_STUB > ADDR_TOP)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nstubs; i++)
+		if (dest < stubs[i] + 16 && stubs[i] < dest + 16)
+			return -ENOMEM;
+	for (uintptr_t p = first; p <= last; p += page) {
+		void *m;
+
+		if (stub_page(p) >= 0) {
+			/* other stubs there may be running: stay executable */
+			if (mprotect((void *)p, page, PROT_READ | PROT_WRITE | PROT_EXEC))
+				return -ENOMEM;
+			continue;
+		}
+		if (nstub_pages == MAX_PAGES)
+			return -ENOMEM;
+		m = mmap((void *)p, page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (m == MAP_FAILED)
+			return -ENOMEM;
+		if ((uintptr_t)m != p) { /* a kernel before 4.17 took the address as a hint */
+			munmap(m, page);
+			return -ENOMEM;
+		}
+		memset(m, 0xcc, page);
+		stub_pages[nstub_pages++] = p;
+	}
+	return 0;
+}
+
+/* The one-byte form (patch_x86_64.c): 0, or -errno with *why, nothing written to the target. */
+static int install_short(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
+			 size_t avail, const struct mapping *m, void *hook, void **orig,
+			 const char **why)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t t = (uintptr_t)target, dest, first, last;
+	void *old_orig;
+	uint8_t *slot;
+	int len, rc;
+
+	len = a->insn_len(code, avail, why);
+	if (len < 0)
+		return len;
+	if (a->short_dest(t, code, avail, &dest))
+		return refuse(why, "entry too short for the one-byte form", -ENOTSUP);
+	slot = slot_write(a, target, code, (unsigned)len, hook, page);
+	if (!slot)
+		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+	if (stub_room(dest, page)) {
+		slot_unwrite(slot);
+		return refuse(why, "the address the entry's bytes jump to is taken", -ENOMEM);
+	}
+	a->short_stub((uint8_t *)dest, hook);
+	first = dest & ~(uintptr_t)(page - 1);
+	last = (dest + GDR_PATCH_SHORT_STUB - 1) & ~(uintptr_t)(page - 1);
+	for (uintptr_t p = first; p <= last; p += page)
+		mprotect((void *)p, page, PROT_READ | PROT_EXEC);
+	__builtin___clear_cache((char *)dest, (char *)dest + GDR_PATCH_SHORT_STUB);
+
+	if (mprotect((void *)(t & ~(uintptr_t)(page - 1)), page, m->prot | PROT_WRITE)) {
+		slot_unwrite(slot);
+		return refuse(why, "mprotect of the target's page refused", -EACCES);
+	}
+	old_orig = __atomic_load_n(orig, __ATOMIC_RELAXED);
+	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
+	patches[npatches].target = target;
+	patches[npatches].orig = slot + GDR_PATCH_ORIG;
+	rc = a->short_store(target, code[0]);
+	mprotect((void *)(t & ~(uintptr_t)(page - 1)), page, m->prot);
+	__builtin___clear_cache((char *)target, (char *)target + 1);
+	if (rc) {
+		__atomic_store_n(orig, old_orig, __ATOMIC_RELAXED);
+		slot_unwrite(slot);
+		return refuse(why, "entry changed while being patched", rc);
+	}
+	stubs[nstubs++] = dest;
+	__atomic_store_n(&npatches, npatches + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 /* Patches target (lock held). */
 static int install_locked(const struct gdr_patch_arch *a, void *target, void *hook, void **orig,
-			  const char **why)
+			  unsigned flags, const char **why)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	uintptr_t t = (uintptr_t)target, first, last;
@@ -363,6 +472,19 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		return refuse(why, "cannot read /proc/self/maps", rc);
 	avail = m.end - t < sizeof(code) ? m.end - t : sizeof(code);
 	memcpy(code, target, avail);
+	if (a->short_dest && !(flags & GDR_PATCH_NO_SHORT)) {
+		const char *short_why = NULL;
+
+		rc = install_short(a, target, code, avail, &m, hook, orig, &short_why);
+		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
+			return rc ? refuse(why, short_why, rc) : 0;
+		if (!(flags & GDR_PATCH_QUIESCENT))
+			return refuse(why, "the one-byte jump's stub address is taken, and threads may be "
+				      "running the function (five-byte jump unsafe)", -EBUSY);
+	} else if (!a->entry_is_one_insn && !(flags & GDR_PATCH_QUIESCENT)) {
+		return refuse(why, "threads may be running the function (multi-instruction rewrite "
+			      "unsafe)", -EBUSY);
+	}
 	moved = decode(a, code, avail, why);
 	if (moved < 0)
 		return moved;
@@ -396,7 +518,7 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 	return 0;
 }
 
-int gdr_patch_install(void *target, void *hook, void **orig, const char **why)
+int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, const char **why)
 {
 	const struct gdr_patch_arch *a = gdr_patch_arch();
 	int rc;
@@ -406,7 +528,7 @@ int gdr_patch_install(void *target, void *hook, void **orig, const char **why)
 	if (!target || !hook || !orig)
 		return refuse(why, "target, hook or orig NULL", -EINVAL);
 	pthread_mutex_lock(&patch_lock);
-	rc = install_locked(a, target, hook, orig, why);
+	rc = install_locked(a, target, hook, orig, flags, why);
 	pthread_mutex_unlock(&patch_lock);
 	return rc;
 }

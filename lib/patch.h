@@ -11,12 +11,14 @@
  * store. Architectures: x86-64 (patch_x86_64.c), aarch64 (patch_aarch64.c); elsewhere every
  * install returns -ENOTSUP.
  *
- * Threads running the target while it is patched (patch.c says more): a call that starts before
- * the store runs the original, one that starts after it runs the hook. On x86-64 a thread stopped
- * INSIDE the moved instructions (after the first one, before the fifth byte) would resume in the
- * middle of the new jump and crash: patch when no thread can be in the target (right after
- * loading the library, before handing out its functions) where possible. aarch64 moves a single
- * instruction and has no such window.
+ * Threads running the target while it is patched (patch.c says more). aarch64 replaces one
+ * instruction: a thread is before it or past it. x86-64 first tries the one-byte form: only the
+ * first byte becomes E9 (jmp rel32), the four bytes after it, unchanged, are the jump's
+ * displacement, and the stub to the hook is mapped at exactly the address they name; a thread
+ * already past the first instruction runs on over bytes that did not change. When that address is
+ * taken, the five-byte jump is written instead, which a thread stopped inside the moved
+ * instructions would resume in the middle of: that form is used only when the caller says no
+ * thread can be running the target (GDR_PATCH_QUIESCENT), else the install is refused (-EBUSY).
  */
 #ifndef GDRCACHE_PATCH_H
 #define GDRCACHE_PATCH_H
@@ -37,10 +39,17 @@
  *             a jump: already patched by someone else), or the architecture has no patcher
  *   -ENOMEM   no trampoline memory within branch reach of target, or the table of patches is full
  *   -EACCES   the target's page could not be made writable (W^X policy)
- *   -EBUSY    the entry changed while it was being patched (another patcher in the process)
- *   -EINVAL   target or hook NULL, target not in mapped executable memory, or the entry
- *             straddles what one atomic store can write */
-int gdr_patch_install(void *target, void *hook, void **orig, const char **why);
+ *   -EBUSY    the entry changed while it was being patched (another patcher in the process), or
+ *             only a multi-instruction rewrite was possible and flags lack GDR_PATCH_QUIESCENT
+ *   -EINVAL   target, hook or orig NULL, target not in mapped readable+executable memory, or
+ *             the entry straddles what one atomic store can write (x86-64: [target, target + 5)
+ *             in no aligned 16-byte block; aarch64: target not 4-byte aligned)
+ *   other     -errno of opening or reading /proc/self/maps */
+int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, const char **why);
+/* flags */
+#define GDR_PATCH_QUIESCENT 1u /* no thread can be running target now (it was just loaded): an entry
+				  of several instructions may be rewritten */
+#define GDR_PATCH_NO_SHORT 2u  /* x86-64: skip the one-byte form (tests of the five-byte one) */
 
 /* Whether fn is the entry of a function this process patched. Lock-free, async-signal-safe. */
 bool gdr_patch_is_patched(const void *fn);
@@ -70,7 +79,18 @@ struct gdr_patch_arch {
 	/* Replace the entry (made writable by the caller) with a branch to stub, in one atomic
 	 * store, provided its first entry_len bytes still equal code: 0, or -EBUSY. */
 	int (*store)(void *target, const uint8_t *code, const void *stub);
+	/* Whether the branch written at the entry replaces exactly one instruction (no thread can
+	 * be inside what moved, so GDR_PATCH_QUIESCENT is not needed). */
+	bool entry_is_one_insn;
+	/* The one-byte form (NULL where there is none). short_dest: where the stub must be for the
+	 * entry at target whose bytes are code (0, or -ENOTSUP); short_stub: write the stub
+	 * (GDR_PATCH_SHORT_STUB bytes) at `at`; short_store: replace the first byte, if it still
+	 * is old, in one atomic store (0, or -EBUSY). */
+	int (*short_dest)(uintptr_t target, const uint8_t *code, size_t avail, uintptr_t *dest);
+	void (*short_stub)(uint8_t *at, const void *hook);
+	int (*short_store)(void *target, uint8_t old);
 };
+#define GDR_PATCH_SHORT_STUB 14
 
 /* The back end of this architecture, or NULL. */
 const struct gdr_patch_arch *gdr_patch_arch(void);

@@ -136,6 +136,7 @@ static const struct gdr_patch_arch aarch64 = {
 	.can_store = can_store,
 	.emit = emit,
 	.store = store,
+	.entry_is_one_insn = true,
 };
 
 const struct gdr_patch_arch *gdr_patch_arch(void)

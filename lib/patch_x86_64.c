@@ -245,6 +245,43 @@ static int store(void *target, const uint8_t *code, const void *stub)
 	return -EINVAL;
 }
 
+/* ---- The one-byte form ---------------------------------------------------------------------------
+ * Only the first byte is replaced, by E9; the next four, unchanged, are the jump's displacement,
+ * so the stub must sit at exactly target + 5 + (int32)bytes[1..4] (libcuda 580: 48 89 e5 41,
+ * +0x41e58948, about 1 GiB above the function). */
+
+static int short_dest(uintptr_t target, const uint8_t *code, size_t avail, uintptr_t *dest)
+{
+	int32_t rel;
+
+	if (avail < JMP_LEN)
+		return -ENOTSUP;
+	memcpy(&rel, code + 1, sizeof(rel));
+	*dest = target + JMP_LEN + (uintptr_t)(intptr_t)rel;
+	return 0;
+}
+
+static void short_stub(uint8_t *at, const void *hook)
+{
+	static const uint8_t jmp_abs[6] = { 0xff, 0x25, 0, 0, 0, 0 }; /* jmp *0(%rip) */
+
+	memcpy(at, jmp_abs, sizeof(jmp_abs));
+	memcpy(at + sizeof(jmp_abs), &hook, sizeof(hook));
+}
+
+/* lock cmpxchg of one byte (inline assembly: see load8). */
+static int short_store(void *target, uint8_t old)
+{
+	uint8_t new = 0xe9;
+	bool ok;
+
+	__asm__ volatile("lock cmpxchgb %3, %1"
+			 : "=@ccz"(ok), "+m"(*(uint8_t *)target), "+a"(old)
+			 : "q"(new)
+			 : "memory");
+	return ok ? 0 : -EBUSY;
+}
+
 static const struct gdr_patch_arch x86_64 = {
 	.entry_len = JMP_LEN,
 	.reach = (1UL << 31) - (64UL << 10), /* rel32, less a margin for the slot and the page */
@@ -252,6 +289,10 @@ static const struct gdr_patch_arch x86_64 = {
 	.can_store = can_store,
 	.emit = emit,
 	.store = store,
+	.entry_is_one_insn = false,
+	.short_dest = short_dest,
+	.short_stub = short_stub,
+	.short_store = short_store,
 };
 
 const struct gdr_patch_arch *gdr_patch_arch(void)

@@ -46,7 +46,10 @@ int patch_test_data[16];
 
 #define TARGETS(X)                                                                                 \
 	X(t_basic) X(t_cas16) X(t_conc) X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call)         \
-	X(t_jmp) X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz)
+	X(t_jmp) X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3)       \
+	X(t_near) X(t_lc)
+#define NLC 32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart */
+#define LC_SIZE 64
 #define X(n) extern char n[];
 TARGETS(X)
 #undef X
@@ -77,6 +80,13 @@ __asm__(".text\n"
 	ASM_FN(t_call) ".p2align 4\nt_call:\ncall patch_test_body\nret\n"
 	ASM_FN(t_jmp) ".p2align 4\nt_jmp:\njmp patch_test_body\n"
 	ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nud2\nnop\nnop\nnop\nret\n"
+	ASM_FN(t_rip3) ".p2align 4\nt_rip3:\npush %rbp\nmov patch_test_flag(%rip), %eax\npop %rbp\nret\n"
+	/* push rbp; mov $0,%eax: bytes 1-4 (b8 00 00 00) name t_near + 189, inside this program's
+	 * text: the one-byte form's stub cannot go there */
+	ASM_FN(t_near) ".p2align 4\nt_near:\npush %rbp\nmov $0, %eax\npop %rbp\n"
+	"call patch_test_body\nret\n.skip 200, 0xcc\n"
+	/* NLC copies of libcuda's entry, LC_SIZE bytes apart */
+	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
 	/* aarch64's cases do not exist here */
 	ASM_FN(t_adrp) "t_adrp:\n" ASM_FN(t_b) "t_b:\n" ASM_FN(t_ldr_lit) "t_ldr_lit:\n"
 	ASM_FN(t_cbz) "t_cbz:\nret\n");
@@ -97,7 +107,9 @@ __asm__(".text\n"
 	ASM_FN(t_cbz) ".p2align 4\nt_cbz:\ncbz x0, 1f\n1: ret\n"
 	ASM_FN(t_call) ".p2align 4\nt_call:\nbl patch_test_body\nret\n"
 	ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nmrs x0, tpidr_el0\nret\n"
+	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
 	/* x86-64's cases do not exist here */
+	ASM_FN(t_rip3) "t_rip3:\n" ASM_FN(t_near) "t_near:\nret\n"
 	ASM_FN(t_rip) "t_rip:\n" ASM_FN(t_rip2) "t_rip2:\n" ASM_FN(t_jmp) "t_jmp:\n"
 	ASM_FN(t_straddle) "t_straddle:\nret\n");
 #endif
@@ -172,7 +184,7 @@ static void test_basic(void **state)
 	assert_false(gdr_patch_is_patched(t_basic));
 
 	assert_int_equal(gdr_patch_install(t_basic, (void *)t_basic_hook, (void **)&t_basic_orig,
-					   &why), 0);
+					   0, &why), 0);
 	assert_non_null(t_basic_orig);
 	assert_true(gdr_patch_is_patched(t_basic));
 	assert_false(gdr_patch_is_patched(t_cas16));
@@ -188,8 +200,10 @@ static void test_basic(void **state)
 
 	/* The entry is a branch; the rest of the function is untouched. */
 #if defined(__x86_64__)
+	/* the one-byte form: only the first byte changed (its stub ~1 GiB above, at the address
+	 * bytes 1-4 name, is free in this small process) */
 	assert_int_equal((uint8_t)t_basic[0], 0xe9);
-	assert_memory_equal(t_basic + 5, old + 5, sizeof(old) - 5);
+	assert_memory_equal(t_basic + 1, old + 1, sizeof(old) - 1);
 #else
 	uint32_t insn;
 
@@ -204,7 +218,7 @@ static void test_basic(void **state)
 	assert_string_equal(perms_after, "r-xp");
 
 	/* Again, even with another hook: the same orig, the first hook stays. */
-	assert_int_equal(gdr_patch_install(t_basic, (void *)other_hook, &orig2, &why), 0);
+	assert_int_equal(gdr_patch_install(t_basic, (void *)other_hook, &orig2, 0, &why), 0);
 	assert_ptr_equal(orig2, t_basic_orig);
 	assert_int_equal(call6((fn6)(void *)t_basic), EXPECTED + HOOKED);
 	assert_int_equal(atomic_load(&t_basic_hits), 3);
@@ -220,7 +234,7 @@ static void test_cas16(void **state)
 	assert_int_equal((uintptr_t)t_cas16 & 15, 4);
 #endif
 	assert_int_equal(gdr_patch_install(t_cas16, (void *)t_cas16_hook, (void **)&t_cas16_orig,
-					   &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
 	assert_int_equal(call6((fn6)(void *)t_cas16), EXPECTED + HOOKED);
 	assert_int_equal(call6(t_cas16_orig), EXPECTED);
 	assert_int_equal(atomic_load(&t_cas16_hits), 1);
@@ -234,9 +248,9 @@ static void test_two(void **state)
 	(void)state;
 
 	assert_int_equal(gdr_patch_install(t_two_a, (void *)t_two_a_hook, (void **)&t_two_a_orig,
-					   &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
 	assert_int_equal(gdr_patch_install(t_two_b, (void *)t_two_b_hook, (void **)&t_two_b_orig,
-					   &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
 	assert_true(t_two_a_orig != t_two_b_orig);
 	assert_int_equal((uintptr_t)t_two_a_orig / pg, (uintptr_t)t_two_b_orig / pg);
 	assert_int_equal(call6((fn6)(void *)t_two_a), EXPECTED + HOOKED);
@@ -246,19 +260,25 @@ static void test_two(void **state)
 	assert_int_equal(atomic_load(&t_two_b_hits), 2);
 }
 
-/* Refused: the error, a reason, and not one byte changed. */
-static void refused(void *target, int err)
+/* Refused: the error, a reason, and not one byte changed (flags: how it was asked). */
+static void refused_flags(void *target, int err, unsigned flags)
 {
 	uint8_t old[16];
 	const char *why = NULL;
 	void *orig = (void *)&orig;
 
 	memcpy(old, target, sizeof(old));
-	assert_int_equal(gdr_patch_install(target, (void *)other_hook, &orig, &why), err);
+	assert_int_equal(gdr_patch_install(target, (void *)other_hook, &orig, flags, &why), err);
 	assert_non_null(why);
 	assert_memory_equal(target, old, sizeof(old));
 	assert_ptr_equal(orig, (void *)&orig);
 	assert_false(gdr_patch_is_patched(target));
+}
+
+/* The five-byte form's decoder refuses (the one-byte form moves the first instruction only). */
+static void refused(void *target, int err)
+{
+	refused_flags(target, err, GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT);
 }
 
 static void test_refused(void **state)
@@ -286,10 +306,10 @@ static void test_refused(void **state)
 #endif
 	/* Not code; NULL arguments. */
 	refused(patch_test_data, -EINVAL);
-	assert_int_equal(gdr_patch_install(NULL, (void *)other_hook, &orig, &why), -EINVAL);
-	assert_int_equal(gdr_patch_install(t_conc, NULL, &orig, &why), -EINVAL);
-	assert_int_equal(gdr_patch_install(t_conc, (void *)other_hook, NULL, &why), -EINVAL);
-	assert_int_equal(gdr_patch_install(NULL, NULL, NULL, NULL), -EINVAL); /* why may be NULL */
+	assert_int_equal(gdr_patch_install(NULL, (void *)other_hook, &orig, 0, &why), -EINVAL);
+	assert_int_equal(gdr_patch_install(t_conc, NULL, &orig, 0, &why), -EINVAL);
+	assert_int_equal(gdr_patch_install(t_conc, (void *)other_hook, NULL, 0, &why), -EINVAL);
+	assert_int_equal(gdr_patch_install(NULL, NULL, NULL, 0, NULL), -EINVAL); /* why NULL */
 }
 
 /* Threads call a target in a tight loop while it is patched. */
@@ -343,7 +363,8 @@ static void test_concurrent(void **state)
 		assert_int_equal(pthread_create(&th[i], NULL, conc_thread, (void *)(uintptr_t)i), 0);
 	while (atomic_load(&conc_calls) < 10000)
 		nanosleep(&ms, NULL);
-	assert_int_equal(gdr_patch_install(t_conc, (void *)conc_hook, (void **)&conc_orig, &why), 0);
+	assert_int_equal(gdr_patch_install(t_conc, (void *)conc_hook, (void **)&conc_orig, 0, &why),
+			 0);
 	atomic_store(&conc_patched, true);
 	calls = atomic_load(&conc_calls);
 	while (atomic_load(&conc_calls) < calls + 10000)
@@ -357,6 +378,104 @@ static void test_concurrent(void **state)
 	assert_int_equal(atomic_load(&conc_missed), 0);
 	assert_true(atomic_load(&conc_after) > 0);
 }
+
+/* libcuda's three-instruction entry, patched while 8 threads call it, NLC times: every call right.
+ * The five-byte form crashed here (a thread stopped after push rbp resumed inside the jump); the
+ * one-byte form leaves every byte after the first as it was (x86-64); aarch64 moves one
+ * instruction. Asked without GDR_PATCH_QUIESCENT, as for a libcuda already in use. */
+static fn6 lc_orig[NLC];
+static atomic_int lc_cur = -1;
+static atomic_bool lc_stop;
+static atomic_long lc_calls, lc_wrong;
+
+static __thread int lc_mine; /* the target this thread is calling */
+
+static long lc_hook(long a, long b, long c, long d, long e, long f)
+{
+	fn6 o = __atomic_load_n(&lc_orig[lc_mine], __ATOMIC_ACQUIRE);
+
+	conc_in_hook = true;
+	return o(a, b, c, d, e, f) + HOOKED;
+}
+
+static void *lc_thread(void *arg)
+{
+	long k = (long)(uintptr_t)arg;
+
+	while (!atomic_load_explicit(&lc_stop, memory_order_relaxed)) {
+		int i = atomic_load(&lc_cur);
+		fn6 fp = (fn6)(void *)(t_lc + (size_t)i * LC_SIZE);
+		long r, want;
+
+		lc_mine = i;
+		conc_in_hook = false;
+		r = fp(A1 + k, A2, A3, A4, A5, A6);
+		want = patch_test_body(A1 + k, A2, A3, A4, A5, A6) + (conc_in_hook ? HOOKED : 0);
+		if (r != want)
+			atomic_fetch_add(&lc_wrong, 1);
+		atomic_fetch_add_explicit(&lc_calls, 1, memory_order_relaxed);
+		k++;
+	}
+	return NULL;
+}
+
+static void test_concurrent_libcuda_entry(void **state)
+{
+	pthread_t th[CONC_THREADS];
+	struct timespec us = { 0, 100000 };
+	const char *why = NULL;
+	(void)state;
+
+	atomic_store(&lc_cur, 0);
+	for (long i = 0; i < CONC_THREADS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, lc_thread, (void *)(uintptr_t)i), 0);
+	for (int i = 0; i < NLC; i++) {
+		long calls;
+
+		atomic_store(&lc_cur, i);
+		calls = atomic_load(&lc_calls);
+		while (atomic_load(&lc_calls) < calls + 2000)
+			nanosleep(&us, NULL);
+		if (gdr_patch_install(t_lc + (size_t)i * LC_SIZE, (void *)lc_hook,
+				      (void **)&lc_orig[i], 0, &why))
+			fail_msg("patch %d refused: %s", i, why);
+		calls = atomic_load(&lc_calls);
+		while (atomic_load(&lc_calls) < calls + 2000)
+			nanosleep(&us, NULL);
+	}
+	atomic_store(&lc_stop, true);
+	for (int i = 0; i < CONC_THREADS; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(atomic_load(&lc_wrong), 0);
+}
+
+#if defined(__x86_64__)
+/* The one-byte form moves the first instruction only: a RIP-relative second one stays where it
+ * is. Where its stub's address is taken, the five-byte form is written only for a quiescent
+ * target; otherwise the install is refused, nothing written. */
+static void test_short_form(void **state)
+{
+	uint8_t old[16];
+	const char *why = NULL;
+	void *o3 = NULL, *on = NULL;
+	(void)state;
+
+	memcpy(old, t_rip3, sizeof(old));
+	assert_int_equal(gdr_patch_install(t_rip3, (void *)other_hook, &o3, 0, &why), 0);
+	assert_int_equal((uint8_t)t_rip3[0], 0xe9);
+	assert_memory_equal(t_rip3 + 1, old + 1, sizeof(old) - 1);
+	patch_test_flag = 42;
+	assert_int_equal(((int (*)(void))o3)(), 42); /* orig: push rbp moved, the rest in place */
+
+	refused_flags(t_near, -EBUSY, 0);
+	memcpy(old, t_near, sizeof(old));
+	assert_int_equal(gdr_patch_install(t_near, (void *)other_hook, &on, GDR_PATCH_QUIESCENT, &why),
+			 0);
+	assert_int_equal((uint8_t)t_near[0], 0xe9);
+	assert_memory_not_equal(t_near + 1, old + 1, 4); /* the five-byte form */
+	assert_int_equal(((fn6)on)(A1, A2, A3, A4, A5, A6), EXPECTED);
+}
+#endif
 
 /* The fake driver (tests/fake), whose entries begin as libcuda 580's: its cuMemFree_v2 patched,
  * reached through a pointer taken before, dlsym and cuGetProcAddress; every free and allocation
@@ -408,7 +527,7 @@ static void test_fake_driver(void **state)
 	n0 = calls("cuMemFree_v2");
 
 	assert_int_equal(gdr_patch_install((void *)before, (void *)fake_free_hook,
-					   (void **)&fake_free_orig, &why), 0);
+					   (void **)&fake_free_orig, 0, &why), 0);
 	assert_int_equal(before(0x1000), r0);
 	assert_int_equal(atomic_load(&fake_free_hits), 1);
 	assert_int_equal(gpa2("cuMemFree", &fn, 12000, 0, &status), 0);
@@ -421,7 +540,7 @@ static void test_fake_driver(void **state)
 	for (size_t i = 0; i < sizeof(fake_entries) / sizeof(fake_entries[0]); i++) {
 		fn = dlsym(h, fake_entries[i]);
 		assert_non_null(fn);
-		if (gdr_patch_install(fn, (void *)other_hook, &o, &why))
+		if (gdr_patch_install(fn, (void *)other_hook, &o, GDR_PATCH_QUIESCENT, &why))
 			fail_msg("%s refused: %s", fake_entries[i], why);
 	}
 
@@ -430,8 +549,8 @@ static void test_fake_driver(void **state)
 	fn = dlsym(h, "cuMemFree_v2");
 	assert_non_null(fn);
 	refused(fn, -ENOTSUP);
-	assert_int_equal(gdr_patch_install(dlsym(h, "cuMemFreeAsync"), (void *)other_hook, &o, &why),
-			 0);
+	assert_int_equal(gdr_patch_install(dlsym(h, "cuMemFreeAsync"), (void *)other_hook, &o,
+					   GDR_PATCH_QUIESCENT, &why), 0);
 }
 
 #if defined(__x86_64__)
@@ -639,9 +758,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_two),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_concurrent),
+		cmocka_unit_test(test_concurrent_libcuda_entry),
 		cmocka_unit_test(test_fake_driver),
 		cmocka_unit_test(test_decoder_table),
 #if defined(__x86_64__)
+		cmocka_unit_test(test_short_form),
 		cmocka_unit_test(test_decoder_sweep),
 #endif
 	};
