@@ -235,7 +235,7 @@ static char install_why[116] = "no CUDA driver";
 
 void gdr_hooks_install(void *libcuda, bool fresh)
 {
-	int nreq = 0, nok = 0, nalloc_fail = 0;
+	int nreq = 0, nok = 0, nalloc_fail = 0, nshort = 0;
 	const char *first_alloc_fail = NULL, *alloc_why = NULL;
 
 	install_rc = 0;
@@ -248,6 +248,7 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 			continue; /* this libcuda does not have it */
 		t->state = gdr_patch_install(fn, t->hook, t->orig, fresh ? GDR_PATCH_QUIESCENT : 0,
 					     &t->why);
+		nshort += !t->state && gdr_patch_bytes(fn) == 1;
 		if (t->required) {
 			nreq++;
 			if (!t->state) {
@@ -269,7 +270,8 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 	if (nalloc_fail)
 		gdr_warn("%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
 			 "relief through them", nalloc_fail, first_alloc_fail, alloc_why);
-	gdr_info("CUDA free interception: %d of %d free entry points patched%s", nok, nreq,
+	gdr_info("CUDA free interception: %d of %d free entry points patched, %d entries in the "
+		 "one-byte form%s", nok, nreq, nshort,
 		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
 }
 

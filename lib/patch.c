@@ -69,6 +69,7 @@ static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	const void *target;
 	void *orig;
+	unsigned bytes; /* bytes of the entry rewritten: 1 (the one-byte form), 5, or 4 (aarch64) */
 } patches[MAX_PATCHES];
 static unsigned npatches; /* stored with release after the entry it counts is filled */
 
@@ -432,6 +433,7 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
 	patches[npatches].target = target;
 	patches[npatches].orig = slot + GDR_PATCH_ORIG;
+	patches[npatches].bytes = 1;
 	rc = a->short_store(target, code[0]);
 	mprotect((void *)(t & ~(uintptr_t)(page - 1)), page, m->prot);
 	__builtin___clear_cache((char *)target, (char *)target + 1);
@@ -506,6 +508,7 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
 	patches[npatches].target = target;
 	patches[npatches].orig = slot + GDR_PATCH_ORIG;
+	patches[npatches].bytes = a->entry_len;
 	rc = a->store(target, code, slot);
 	mprotect((void *)first, last + page - first, m.prot);
 	__builtin___clear_cache((char *)target, (char *)target + a->entry_len);
@@ -531,6 +534,16 @@ int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, con
 	rc = install_locked(a, target, hook, orig, flags, why);
 	pthread_mutex_unlock(&patch_lock);
 	return rc;
+}
+
+unsigned gdr_patch_bytes(const void *fn)
+{
+	unsigned n = __atomic_load_n(&npatches, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; fn && i < n; i++)
+		if (patches[i].target == fn)
+			return patches[i].bytes;
+	return 0;
 }
 
 bool gdr_patch_is_patched(const void *fn)

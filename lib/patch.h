@@ -53,6 +53,9 @@ int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, con
 
 /* Whether fn is the entry of a function this process patched. Lock-free, async-signal-safe. */
 bool gdr_patch_is_patched(const void *fn);
+/* How many bytes of fn's entry were rewritten (x86-64: 1, the one-byte form, or 5; aarch64: 4);
+ * 0 if fn is not patched. */
+unsigned gdr_patch_bytes(const void *fn);
 
 /* ---- Between patch.c and its architecture back ends (patch_<arch>.c); tests use it too ------ */
 
