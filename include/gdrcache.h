@@ -13,9 +13,12 @@
  * same time; a registration may be released from any thread, once. A hit takes no lock and writes no
  * memory that another thread's hit writes.
  *
- * Free events and a buffer freed while it is being registered: a registration that races with the
- * free of its own buffer (another thread frees it during gdr_reg) may outlive it, as with any use
- * after free; every registration made after the free returned is of the new buffer.
+ * Free events and a buffer freed while it is being registered: a gdr_reg that meets a free of its
+ * own buffer in progress on another thread waits for the free to return, then registers what is at
+ * the address then (or refuses freed memory); a registration taken before the free began stays
+ * valid as pinned memory until its gdr_dereg (the pin keeps the pages), as with any use after
+ * free. Every registration made after the free returned is of the new buffer. Unreferenced pins of
+ * freed memory are released inside the free, before it returns (gdr_intercept_get_stats).
  *
  * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
  * touches errno. Bad input is refused with the error named in its comment and a log line.
