@@ -15,9 +15,9 @@
  *
  * Free events and a buffer freed while it is being registered: a gdr_reg that meets a free of its
  * own buffer in progress on another thread waits for the free to return, then registers what is at
- * the address then (or refuses freed memory); a registration taken before the free began stays
- * valid as pinned memory until its gdr_dereg (the pin keeps the pages), as with any use after
- * free. Every registration made after the free returned is of the new buffer. Unreferenced pins of
+ * the address then (or refuses freed memory); a registration taken before the free began keeps
+ * its pin until its gdr_dereg (with the kmod backend the driver may revoke it), as with any use
+ * after free. Every registration made after the free returned is of the new buffer. Unreferenced pins of
  * freed memory are released inside the free, before it returns (gdr_intercept_get_stats).
  *
  * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
