@@ -395,6 +395,42 @@ static int stub_room(uintptr_t dest, size_t page)
 	return 0;
 }
 
+/* The last step of both forms: orig published, the entry's page made writable for the store
+ * (store_bytes: the one-byte form's E9, else the architecture's branch), restored, the table
+ * entry counted. 0, or -errno with *why and the slot given back. */
+static int commit(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
+		  const struct mapping *m, uint8_t *slot, void **orig, unsigned store_bytes,
+		  const char **why)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t t = (uintptr_t)target;
+	uintptr_t first = t & ~(uintptr_t)(page - 1);
+	uintptr_t last = (t + store_bytes - 1) & ~(uintptr_t)(page - 1);
+	void *old_orig;
+	int rc;
+
+	if (mprotect((void *)first, last + page - first, m->prot | PROT_WRITE)) {
+		slot_unwrite(slot);
+		return refuse(why, "mprotect of the target's page refused", -EACCES);
+	}
+	/* The hook may run in other threads as soon as the entry is stored: orig first. */
+	old_orig = __atomic_load_n(orig, __ATOMIC_RELAXED);
+	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
+	patches[npatches].target = target;
+	patches[npatches].orig = slot + GDR_PATCH_ORIG;
+	patches[npatches].bytes = store_bytes;
+	rc = store_bytes == 1 ? a->short_store(target, code[0]) : a->store(target, code, slot);
+	mprotect((void *)first, last + page - first, m->prot);
+	__builtin___clear_cache((char *)target, (char *)target + store_bytes);
+	if (rc) {
+		__atomic_store_n(orig, old_orig, __ATOMIC_RELAXED);
+		slot_unwrite(slot);
+		return refuse(why, "entry changed while being patched", rc);
+	}
+	__atomic_store_n(&npatches, npatches + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 /* The one-byte form (patch_x86_64.c): 0, or -errno with *why, nothing written to the target. */
 static int install_short(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
 			 size_t avail, const struct mapping *m, void *hook, void **orig,
@@ -402,7 +438,6 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	uintptr_t t = (uintptr_t)target, dest, first, last;
-	void *old_orig;
 	uint8_t *slot;
 	int len, rc;
 
@@ -425,26 +460,10 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 		mprotect((void *)p, page, PROT_READ | PROT_EXEC);
 	__builtin___clear_cache((char *)dest, (char *)dest + GDR_PATCH_SHORT_STUB);
 
-	if (mprotect((void *)(t & ~(uintptr_t)(page - 1)), page, m->prot | PROT_WRITE)) {
-		slot_unwrite(slot);
-		return refuse(why, "mprotect of the target's page refused", -EACCES);
-	}
-	old_orig = __atomic_load_n(orig, __ATOMIC_RELAXED);
-	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
-	patches[npatches].target = target;
-	patches[npatches].orig = slot + GDR_PATCH_ORIG;
-	patches[npatches].bytes = 1;
-	rc = a->short_store(target, code[0]);
-	mprotect((void *)(t & ~(uintptr_t)(page - 1)), page, m->prot);
-	__builtin___clear_cache((char *)target, (char *)target + 1);
-	if (rc) {
-		__atomic_store_n(orig, old_orig, __ATOMIC_RELAXED);
-		slot_unwrite(slot);
-		return refuse(why, "entry changed while being patched", rc);
-	}
-	stubs[nstubs++] = dest;
-	__atomic_store_n(&npatches, npatches + 1, __ATOMIC_RELEASE);
-	return 0;
+	rc = commit(a, target, code, m, slot, orig, 1, why);
+	if (!rc)
+		stubs[nstubs++] = dest;
+	return rc;
 }
 
 /* Patches target (lock held). */
@@ -452,9 +471,8 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 			  unsigned flags, const char **why)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t t = (uintptr_t)target, first, last;
+	uintptr_t t = (uintptr_t)target;
 	uint8_t code[GDR_PATCH_MAX_MOVED], *slot;
-	void *old_orig;
 	struct mapping m;
 	size_t avail;
 	int moved, rc;
@@ -497,28 +515,7 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 	if (!slot)
 		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
 
-	first = t & ~(uintptr_t)(page - 1);
-	last = (t + a->entry_len - 1) & ~(uintptr_t)(page - 1);
-	if (mprotect((void *)first, last + page - first, m.prot | PROT_WRITE)) {
-		slot_unwrite(slot);
-		return refuse(why, "mprotect of the target's page refused", -EACCES);
-	}
-	/* The hook may run in other threads as soon as the entry is stored: orig first. */
-	old_orig = __atomic_load_n(orig, __ATOMIC_RELAXED);
-	__atomic_store_n(orig, slot + GDR_PATCH_ORIG, __ATOMIC_RELEASE);
-	patches[npatches].target = target;
-	patches[npatches].orig = slot + GDR_PATCH_ORIG;
-	patches[npatches].bytes = a->entry_len;
-	rc = a->store(target, code, slot);
-	mprotect((void *)first, last + page - first, m.prot);
-	__builtin___clear_cache((char *)target, (char *)target + a->entry_len);
-	if (rc) {
-		__atomic_store_n(orig, old_orig, __ATOMIC_RELAXED);
-		slot_unwrite(slot);
-		return refuse(why, "entry changed while being patched", rc);
-	}
-	__atomic_store_n(&npatches, npatches + 1, __ATOMIC_RELEASE);
-	return 0;
+	return commit(a, target, code, &m, slot, orig, a->entry_len, why);
 }
 
 int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, const char **why)

@@ -141,6 +141,30 @@ static void *freer(void *arg)
 	return NULL;
 }
 
+/* Start a thread freeing pause_.va (allocated here) and wait until it is stopped in the driver. */
+static void free_paused(pthread_t *tf, size_t size)
+{
+	pause_.va = alloc(size);
+	pause_.inside = pause_.go = pause_.reg_done = 0;
+	fake_cuda_set_enter_hook(enter_hook, NULL);
+	pthread_create(tf, NULL, freer, NULL);
+	pthread_mutex_lock(&pause_.lock);
+	while (!pause_.inside)
+		pthread_cond_wait(&pause_.cond, &pause_.lock);
+	pthread_mutex_unlock(&pause_.lock);
+}
+
+/* Let the free go on and wait for it. */
+static void free_resume(pthread_t tf)
+{
+	pthread_mutex_lock(&pause_.lock);
+	pause_.go = 1;
+	pthread_cond_broadcast(&pause_.cond);
+	pthread_mutex_unlock(&pause_.lock);
+	pthread_join(tf, NULL);
+	fake_cuda_set_enter_hook(NULL, NULL);
+}
+
 static void *registrar(void *arg)
 {
 	struct gdr_region *r = NULL;
@@ -162,16 +186,9 @@ static void test_registration_during_free_is_not_cached(void **state)
 	uint64_t waits0 = istats().reg_waits, old_id, va2;
 
 	(void)state;
-	pause_.va = alloc(4 * MiB);
-	pause_.inside = pause_.go = pause_.reg_done = 0;
-	old_id = fake_cuda_buffer_id(pause_.va);
-	fake_cuda_set_enter_hook(enter_hook, NULL);
 	/* 1. a thread frees the buffer; the driver stops inside the free, the buffer still alive */
-	pthread_create(&tf, NULL, freer, NULL);
-	pthread_mutex_lock(&pause_.lock);
-	while (!pause_.inside)
-		pthread_cond_wait(&pause_.cond, &pause_.lock);
-	pthread_mutex_unlock(&pause_.lock);
+	free_paused(&tf, 4 * MiB);
+	old_id = fake_cuda_buffer_id(pause_.va);
 	assert_int_equal(gdr_events_inflight_count(), 1);
 	/* 2. another registers it now: it classifies a live buffer, so it must wait, not cache (a
 	 * registration that returns while the free is stopped has cached the dying buffer) */
@@ -179,13 +196,8 @@ static void test_registration_during_free_is_not_cached(void **state)
 	while (istats().reg_waits == waits0 && !__atomic_load_n(&pause_.reg_done, __ATOMIC_ACQUIRE))
 		sched_yield();
 	/* 3. the free goes on and returns */
-	pthread_mutex_lock(&pause_.lock);
-	pause_.go = 1;
-	pthread_cond_broadcast(&pause_.cond);
-	pthread_mutex_unlock(&pause_.lock);
-	pthread_join(tf, NULL);
+	free_resume(tf);
 	pthread_join(tr, NULL);
-	fake_cuda_set_enter_hook(NULL, NULL);
 	/* the waiting registration saw the freed memory: refused (not GPU memory, no PD), or the
 	 * buffer of a later allocation; never the freed one */
 	assert_true(pause_.reg_rc != 0 || pause_.reg_id != old_id);
@@ -215,14 +227,7 @@ static void test_fork_during_free(void **state)
 	pid_t pid;
 
 	(void)state;
-	pause_.va = alloc(4 * MiB);
-	pause_.inside = pause_.go = 0;
-	fake_cuda_set_enter_hook(enter_hook, NULL);
-	pthread_create(&tf, NULL, freer, NULL);
-	pthread_mutex_lock(&pause_.lock);
-	while (!pause_.inside)
-		pthread_cond_wait(&pause_.cond, &pause_.lock);
-	pthread_mutex_unlock(&pause_.lock);
+	free_paused(&tf, 4 * MiB);
 	pid = fork();
 	if (pid == 0) {
 		alarm(20); /* a hang fails the test instead of stalling it */
@@ -231,12 +236,7 @@ static void test_fork_during_free(void **state)
 	}
 	assert_true(pid > 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	pthread_mutex_lock(&pause_.lock);
-	pause_.go = 1;
-	pthread_cond_broadcast(&pause_.cond);
-	pthread_mutex_unlock(&pause_.lock);
-	pthread_join(tf, NULL);
-	fake_cuda_set_enter_hook(NULL, NULL);
+	free_resume(tf);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
