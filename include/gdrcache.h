@@ -143,11 +143,19 @@ int gdr_reg(struct gdr_cache *cache, struct ibv_pd *pd, void *addr, size_t len, 
 	    struct gdr_region **region);
 
 /*
- * Release a reference taken by gdr_reg(). The range stays pinned in the cache until evicted.
- * Returns 0, -ENOMEM (this thread's hold counters could not be allocated), or -EINVAL (NULL, or a
- * region already released: detected when its record is retired, or when the releases exceed the
- * registrations summed over all threads; logged). A region must not be used after its release: the
- * accessors check only that its record still exists, since registrations of the same buffer share it.
+ * Release a reference taken by gdr_reg(), on any thread. The range stays pinned in the cache until
+ * evicted. Returns 0, or -EINVAL (NULL, or a release refused and logged). A legitimate release
+ * never fails: it allocates nothing.
+ * A release is refused, exactly, when the region's record has been retired (its entry was dropped
+ * after its last release, or its PD released) and not yet reused, or when it would make the
+ * releases of the record exceed its registrations summed over all threads. Records are never freed
+ * while the cache lives, so a late release reads no freed memory. Not detected: registrations of
+ * one allocation with the same pd and access share one record (gdr_reg returns the same pointer),
+ * so a second release of one of them while another is held releases that other's hold; and a
+ * retired record is reused for a new registration once 1024 more records of the cache were retired
+ * after it, so a release of the old region then counts against the new one if that one is held.
+ * A region must not be used after its release, nor after gdr_cache_destroy: the accessors check
+ * only that its record is live, since registrations of the same buffer share it.
  */
 int gdr_dereg(struct gdr_region *region);
 

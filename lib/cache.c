@@ -12,9 +12,13 @@
  *
  * Retiring an entry (eviction, staleness, merge, flush) marks it dying and waits out a grace period
  * (thread.c) before summing its holds: a lookup either saw it alive and its hold is counted, or sees
- * it dying and takes the locked path. A held entry that must leave the index is "detached": out of
- * the index, pinned until it is no longer held, never handed out again. Memory a lookup may still
- * read (snapshots, retired entries and records) is freed after a further grace period.
+ * it dying and takes the locked path. Entries retired together share one grace period (a flush of
+ * N entries, or a context destroyed, costs one, not N). A held entry that must leave the index is
+ * "detached": out of the index, pinned until it is no longer held, never handed out again; a
+ * release races the detachment safely (a further grace period, then the holds are summed again).
+ * Memory a lookup may still read (snapshots, retired entries) is freed after a further grace
+ * period; registration records are never freed while the cache lives, but reused late (a late
+ * gdr_dereg of a released region reads a record, never freed memory).
  *
  * Invariants, under c->lock:
  *  - indexed entries never overlap, so no 64 KiB page is pinned twice by indexed entries;
@@ -212,18 +216,78 @@ GDR_EXPORT int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_ca
 
 /* ---- grace periods: publishing the index, freeing what lookups may still read ----------------- */
 
-static void quarantine(struct gdr_cache *c, struct gdr_region *r)
+/* ---- registration records: never freed while the cache lives, reused late ------------------- */
+
+/* Put a retired record (DEAD, unreachable by lookups, after a grace period) in the reuse queue. */
+static void record_free(struct gdr_cache *c, struct gdr_region *r)
 {
-	/* A released record stays readable (magic DEAD) a while, so a late second gdr_dereg is
-	 * refused instead of touching freed memory. */
-	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_RELAXED);
-	if (c->qlen == GDR_QUARANTINE) {
-		free(c->quarantine[c->qhead]);
-		c->quarantine[c->qhead] = r;
-		c->qhead = (c->qhead + 1) % GDR_QUARANTINE;
-	} else {
-		c->quarantine[(c->qhead + c->qlen++) % GDR_QUARANTINE] = r;
+	if (r->entry)
+		gdr_thr_zero(c, r->slot); /* +1 on one thread and -1 on another leave non-zero counters */
+	r->released = 0;
+	r->defer = NULL;
+	if (c->reuse_tail)
+		c->reuse_tail->defer = r;
+	else
+		c->reuse_head = r;
+	c->reuse_tail = r;
+	c->reuse_len++;
+}
+
+/* A record to fill: the oldest retired one once GDR_REUSE_DELAY others were retired after it (or
+ * all slots are taken), else a new one. 0, -ENOSPC (GDR_SLOT_MAX records held), -ENOMEM. */
+static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
+{
+	struct gdr_region *r;
+	uint32_t slot;
+
+	if (c->reuse_len > GDR_REUSE_DELAY || (c->reuse_len && c->slot_next == GDR_SLOT_MAX)) {
+		r = c->reuse_head;
+		c->reuse_head = r->defer;
+		if (!c->reuse_head)
+			c->reuse_tail = NULL;
+		c->reuse_len--;
+		*out = r;
+		return 0;
 	}
+	if (c->slot_next == GDR_SLOT_MAX) {
+		gdr_err("more than %u registration records held", GDR_SLOT_MAX);
+		return -ENOSPC;
+	}
+	slot = c->slot_next;
+	if (slot / GDR_REC_CHUNK >= c->rec_nchunks) {
+		uint32_t n = slot / GDR_REC_CHUNK + 1, cap = c->rec_nchunks;
+		struct gdr_region **v = c->rec_chunks;
+
+		if (n > cap) {
+			cap = cap ? cap : 16;
+			while (cap < n)
+				cap *= 2;
+			v = realloc(v, cap * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			memset(v + c->rec_nchunks, 0, (cap - c->rec_nchunks) * sizeof(*v));
+			c->rec_chunks = v;
+			c->rec_nchunks = cap;
+		}
+	}
+	if (!c->rec_chunks[slot / GDR_REC_CHUNK]) {
+		c->rec_chunks[slot / GDR_REC_CHUNK] = calloc(GDR_REC_CHUNK, sizeof(struct gdr_region));
+		if (!c->rec_chunks[slot / GDR_REC_CHUNK])
+			return -ENOMEM;
+	}
+	r = &c->rec_chunks[slot / GDR_REC_CHUNK][slot % GDR_REC_CHUNK];
+	r->slot = slot;
+	c->slot_next++;
+	*out = r;
+	return 0;
+}
+
+/* A record leaves service: every later gdr_dereg of it is refused. Its counters are reset and it
+ * is queued for reuse after a grace period (reclaim), when no release that saw it alive is left. */
+static void record_retire(struct gdr_cache *c, struct gdr_region *r)
+{
+	(void)c;
+	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
 }
 
 /* Make lookups see the index as it is now. */
@@ -259,14 +323,14 @@ static void reclaim(struct gdr_cache *c)
 		c->deferred = e->defer;
 		while ((r = e->regions)) {
 			e->regions = r->next;
-			quarantine(c, r);
+			record_free(c, r);
 		}
 		free(e->tags);
 		free(e);
 	}
 	while ((r = c->deferred_regions)) {
 		c->deferred_regions = r->defer;
-		quarantine(c, r);
+		record_free(c, r);
 	}
 	while ((s = c->old_snaps)) {
 		c->old_snaps = s->defer;
@@ -275,11 +339,13 @@ static void reclaim(struct gdr_cache *c)
 }
 
 static void reap_detached(struct gdr_cache *c);
+static void settle(struct gdr_cache *c);
 
 /* Every locked operation ends here. A free whose pin release was left to a lock holder (hooks.c)
  * is acted on now. */
 static void cache_unlock(struct gdr_cache *c)
 {
+	settle(c);
 	if (c->detached)
 		reap_detached(c);
 	reclaim(c);
@@ -291,19 +357,19 @@ static void cache_unlock(struct gdr_cache *c)
 
 /* ---- registration records ------------------------------------------------------------------- */
 
-/* A new record (not held, not linked). Cached records get a hold-counter slot. */
-static struct gdr_region *region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd,
-				     int access, uint8_t kind, const struct gdr_tag *t)
+/* A new record (not held, not linked), or -ENOSPC / -ENOMEM. */
+static int region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
+		      uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
 {
-	struct gdr_region *r = calloc(1, sizeof(*r));
+	struct gdr_region *r;
+	uint32_t slot;
+	int rc = record_alloc(c, &r);
 
-	if (!r)
-		return NULL;
-	if (e && gdr_slot_alloc(c, &r->slot)) {
-		free(r);
-		return NULL;
-	}
-	r->magic = GDR_REGION_LIVE;
+	if (rc)
+		return rc;
+	slot = r->slot;
+	memset(r, 0, sizeof(*r));
+	r->slot = slot;
 	r->cache = c;
 	r->entry = e;
 	r->pd = pd;
@@ -314,7 +380,9 @@ static struct gdr_region *region_new(struct gdr_cache *c, struct gdr_entry *e, s
 		r->size = t->size;
 		r->buffer_id = t->buffer_id;
 	}
-	return r;
+	__atomic_store_n(&r->magic, GDR_REGION_LIVE, __ATOMIC_RELEASE);
+	*out = r;
+	return 0;
 }
 
 static void region_link(struct gdr_entry *e, struct gdr_region *r)
@@ -335,16 +403,10 @@ static void region_unlink(struct gdr_entry *e, struct gdr_region *r)
 	}
 }
 
+/* Under the lock. */
 static int64_t region_holds(struct gdr_cache *c, const struct gdr_region *r)
 {
-	return gdr_thr_sum(c, r->slot);
-}
-
-/* Stop lookups from taking new holds on r (or on e): after this its holds only go down. */
-static void quiesce(struct gdr_cache *c, uint32_t *state)
-{
-	__atomic_store_n(state, GDR_DYING, __ATOMIC_SEQ_CST);
-	gdr_thr_sync(c);
+	return (int64_t)((uint64_t)gdr_thr_sum(c, r->slot) - (uint64_t)r->released);
 }
 
 /* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
@@ -431,7 +493,7 @@ static void limits_update(struct gdr_cache *c)
 }
 
 /* Unpin an entry nobody holds or can take a hold on, out of the index; its memory is freed after
- * the next grace period. */
+ * the next grace period, its records are retired. */
 static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 {
 	struct gdr_mrec *m, *mt;
@@ -442,7 +504,7 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	}
 	e->mrecs = NULL;
 	for (struct gdr_region *r = e->regions; r; r = r->next)
-		gdr_slot_free(c, r->slot);
+		record_retire(c, r);
 	c->backend->ops->unpin(c->backend, &e->pin);
 	c->st.unpins++;
 	c->st.entries--;
@@ -451,21 +513,49 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	c->deferred = e;
 }
 
-/* Take an indexed entry out of service: unpinned now if nobody holds it, else detached until its
- * holders let go. */
+/* Take an indexed entry out of service: out of the index now, marked dying; unpinned at the next
+ * settle() if nobody holds it then, else detached until its holders let go. */
 static void entry_drop(struct gdr_cache *c, struct gdr_entry *e)
 {
-	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_DYING)
-		quiesce(c, &e->state);
+	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_DYING) {
+		__atomic_store_n(&e->state, GDR_DYING, __ATOMIC_SEQ_CST);
+		c->dying_unsynced = true;
+	}
 	gdr_index_remove(&c->index, e);
 	DL_DELETE(c->lru, e);
-	if (gdr_entry_holds(c, e) > 0) {
-		__atomic_store_n(&e->state, GDR_DETACHED, __ATOMIC_RELEASE);
-		DL_APPEND(c->detached, e);
-		c->st.detached++;
-	} else {
-		entry_destroy(c, e);
+	DL_APPEND(c->dying, e);
+}
+
+/* Decide the entries dropped since the last call, with one grace period for all of them: then no
+ * lookup can take a new hold on them and their holds are final. Unheld ones are unpinned; held
+ * ones are detached, and after a further grace period summed again: a release that read the entry
+ * as indexed has given its hold back by then, and any later one sees it detached and reaps it. */
+static void settle(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *tmp;
+	bool detached = false;
+
+	if (!c->dying)
+		return;
+	if (c->dying_unsynced)
+		gdr_thr_sync(c);
+	c->dying_unsynced = false;
+	DL_FOREACH_SAFE(c->dying, e, tmp) {
+		DL_DELETE(c->dying, e);
+		if (gdr_entry_holds(c, e) > 0) {
+			__atomic_store_n(&e->state, GDR_DETACHED, __ATOMIC_SEQ_CST);
+			DL_APPEND(c->detached, e);
+			c->st.detached++;
+			detached = true;
+		} else {
+			entry_destroy(c, e);
+		}
 	}
+	if (detached) {
+		gdr_thr_sync(c);
+		reap_detached(c);
+	}
+	limits_update(c);
 }
 
 /* Destroy the detached entries whose last holder has let go. */
@@ -493,46 +583,86 @@ static void entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 	entry_drop(c, e);
 }
 
-/* Whether e is held by nobody; if so it is left dying (lookups can no longer take it). */
-static bool entry_quiesce_unheld(struct gdr_cache *c, struct gdr_entry *e)
+/* Whether e may be taken out as unheld: not being handed out, no hold seen. */
+static bool entry_unheld_now(struct gdr_cache *c, struct gdr_entry *e)
 {
-	if (e == c->taking || gdr_entry_holds(c, e) > 0)
-		return false;
-	quiesce(c, &e->state);
-	if (gdr_entry_holds(c, e) > 0) {
-		__atomic_store_n(&e->state, GDR_LIVE, __ATOMIC_SEQ_CST);
-		return false;
+	return e != c->taking && __atomic_load_n(&e->state, __ATOMIC_RELAXED) == GDR_LIVE &&
+	       gdr_entry_holds(c, e) <= 0;
+}
+
+/* Mark e dying as a candidate for removal (its holds are decided by quiesce_finish). */
+static void quiesce_mark(struct gdr_entry *e, struct gdr_entry **cand)
+{
+	__atomic_store_n(&e->state, GDR_DYING, __ATOMIC_SEQ_CST);
+	e->defer = *cand;
+	*cand = e;
+}
+
+/* After one grace period for all the candidates: drop those still unheld, give the others back to
+ * lookups. Returns the number dropped; *bytes += what they pin. */
+static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t *bytes)
+{
+	struct gdr_entry *e, *next;
+	int n = 0;
+
+	if (!cand)
+		return 0;
+	gdr_thr_sync(c);
+	for (e = cand; e; e = next) {
+		next = e->defer;
+		e->defer = NULL;
+		if (gdr_entry_holds(c, e) > 0) {
+			__atomic_store_n(&e->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+			continue;
+		}
+		if (bytes)
+			*bytes += e->len;
+		entry_drop(c, e); /* dying already, holds final: settle() needs no grace period */
+		n++;
 	}
-	return true;
+	settle(c);
+	return n;
 }
 
 /* Evict entries nobody holds while over the limits, or until `need` bytes have been freed: least
- * recently listed first, entries used since the last pass moved to the tail once (CLOCK). Returns
- * the number evicted. */
+ * recently listed first, entries used since the last pass moved to the tail once (CLOCK). The
+ * entries chosen in one pass share one grace period. Returns the number evicted. */
 static int evict(struct gdr_cache *c, uint64_t need)
 {
-	uint64_t freed = 0, budget = 2 * c->st.entries + 1;
-	struct gdr_entry *e = c->lru, *next;
+	uint64_t freed = 0;
 	int n = 0;
 
-	while (e && budget--) {
-		if (c->st.pinned_bytes <= c->cfg.max_bytes && c->st.entries <= c->cfg.max_entries &&
-		    freed >= need)
-			break;
-		next = e->next ? e->next : c->lru; /* round and round, within the budget */
-		if (__atomic_load_n(&e->used, __ATOMIC_RELAXED)) {
-			__atomic_store_n(&e->used, 0, __ATOMIC_RELAXED);
-			DL_DELETE(c->lru, e);
-			DL_APPEND(c->lru, e);
-		} else if (entry_quiesce_unheld(c, e)) {
-			freed += e->len;
-			c->st.evictions++;
-			entry_drop(c, e);
-			n++;
-			if (next == e)
-				next = c->lru;
+	for (;;) {
+		uint64_t budget = 2 * c->st.entries + 1, bytes = c->st.pinned_bytes;
+		uint64_t entries = c->st.entries, picked = 0;
+		struct gdr_entry *e = c->lru, *next, *cand = NULL;
+		int got;
+
+		while (e && budget--) {
+			if (bytes <= c->cfg.max_bytes && entries <= c->cfg.max_entries &&
+			    freed + picked >= need)
+				break;
+			next = e->next ? e->next : c->lru; /* round and round, within the budget */
+			if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_LIVE) {
+				/* a candidate already */
+			} else if (__atomic_load_n(&e->used, __ATOMIC_RELAXED)) {
+				__atomic_store_n(&e->used, 0, __ATOMIC_RELAXED);
+				DL_DELETE(c->lru, e);
+				DL_APPEND(c->lru, e);
+			} else if (entry_unheld_now(c, e)) {
+				quiesce_mark(e, &cand);
+				picked += e->len;
+				bytes -= e->len;
+				entries--;
+			}
+			e = next;
 		}
-		e = next;
+		got = quiesce_finish(c, cand, &freed);
+		c->st.evictions += (uint64_t)got;
+		n += got;
+		if (!got || (c->st.pinned_bytes <= c->cfg.max_bytes &&
+			     c->st.entries <= c->cfg.max_entries && freed >= need))
+			break;
 	}
 	limits_update(c);
 	return n;
@@ -617,7 +747,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 	uint64_t id = tag ? tag->buffer_id : 0;
 	struct gdr_region *r;
 	struct gdr_mrec *m = NULL;
-	int32_t *ctr;
+	int64_t *ctr;
 	int rc = 0;
 
 	if (!tag) {
@@ -664,11 +794,9 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 			m->access = access;
 			LL_PREPEND(e->mrecs, m);
 		}
-		r = region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag);
-		if (!r) {
-			rc = -ENOMEM;
+		rc = region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
+		if (rc)
 			goto out;
-		}
 		r->mr = m ? m->mr : NULL;
 		region_link(e, r);
 	}
@@ -744,6 +872,7 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 {
 	int rc;
 
+	settle(c); /* what was dropped is unpinned first: no page pinned twice by indexed entries */
 	for (;;) {
 		rc = c->backend->ops->pin(c->backend, pin);
 		if (rc != -ENOMEM && rc != -ENOSPC)
@@ -846,13 +975,14 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
 		return c->cuda_ok ? -EINVAL : -ENODEV;
 	}
-	r = region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL);
-	if (!r)
-		return -ENOMEM;
+	rc = region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
+	if (rc)
+		return rc;
 	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
 	if (rc) {
 		c->st.fail_mr++;
-		free(r);
+		record_retire(c, r);
+		record_free(c, r);
 		return rc;
 	}
 	__atomic_store_n(&r->refs, 1, __ATOMIC_RELAXED);
@@ -1079,7 +1209,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 /* What the hit path found wrong with a held entry: the locked path retires it. */
 struct stale_hit {
 	struct gdr_entry *e;
-	int32_t *ctr;          /* the hold to give back once e is retired */
+	int64_t *ctr;          /* the hold to give back once e is retired */
 	bool revoked;
 };
 
@@ -1090,7 +1220,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 {
 	struct gdr_entry *e = NULL;
 	struct gdr_region *r = NULL;
-	int32_t *ctr = NULL;
+	int64_t *ctr = NULL;
 	struct gdr_snap *s;
 	uint64_t gen;
 
@@ -1205,7 +1335,8 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 static int host_put(struct gdr_cache *c, struct gdr_region *r)
 {
 	cache_lock(c);
-	if (!__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
+	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
+	    !__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
 		c->st.fail_input++;
 		cache_unlock_plain(c);
 		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
@@ -1213,8 +1344,30 @@ static int host_put(struct gdr_cache *c, struct gdr_region *r)
 	}
 	gdr_verbs_dereg(r->mr);
 	c->nhost--;
-	quarantine(c, r);
+	record_retire(c, r);
+	record_free(c, r); /* host records are never read without the lock */
 	cache_unlock_plain(c);
+	return 0;
+}
+
+/* A release by a thread that holds none of r itself (another thread registered it): under the
+ * lock, where r cannot be retired, and only while the holds summed over threads are above zero.
+ * Needs no memory: the hold is given back in the record. */
+static int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
+{
+	cache_lock(c);
+	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
+	    region_holds(c, r) <= 0) {
+		c->st.fail_input++;
+		cache_unlock_plain(c);
+		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
+		return -EINVAL;
+	}
+	r->released++;
+	if (__atomic_load_n(&r->entry->state, __ATOMIC_RELAXED) != GDR_LIVE ||
+	    __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
+		evict(c, 0); /* what this release made evictable; detached entries are reaped */
+	cache_unlock(c);
 	return 0;
 }
 
@@ -1222,88 +1375,110 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 {
 	struct gdr_cache *c;
 	struct gdr_thr *t;
-	int32_t *ctr, v;
-	uint32_t state;
+	uint32_t state = GDR_LIVE;
+	bool fast = false;
 
 	if (!r) {
 		gdr_err("NULL region");
 		return -EINVAL;
 	}
-	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE) {
-		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
-		return -EINVAL;
-	}
+	/* Records are never freed while their cache lives: reading a released one is safe. */
 	c = r->cache;
-	if (!r->entry)
+	if (__builtin_expect(!r->entry, 0)) {
+		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+			goto released;
 		return host_put(c, r);
-	t = gdr_thr_get(c);
-	ctr = t ? gdr_thr_counter(t, r->slot) : NULL;
-	if (t && !ctr)
-		ctr = gdr_thr_counter_alloc(t, r->slot);
-	if (!ctr)
-		return -ENOMEM;
-	/* Read while still held: once released, the entry may be retired by another thread. */
-	state = __atomic_load_n(&r->entry->state, __ATOMIC_ACQUIRE);
-	v = __atomic_load_n(ctr, __ATOMIC_RELAXED);
-	__atomic_store_n(ctr, v - 1, __ATOMIC_RELEASE); /* what we read of r happens before a retire */
-	if (v <= 0) {
-		/* This thread gives back more than it took: another thread's hold, or a double
-		 * dereg. Only the sum over threads can tell. */
-		cache_lock(c);
-		if (region_holds(c, r) < 0) {
-			__atomic_store_n(ctr, v, __ATOMIC_RELAXED);
-			c->st.fail_input++;
-			cache_unlock_plain(c);
-			gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
-			return -EINVAL;
-		}
-		cache_unlock_plain(c);
 	}
-	if (state != GDR_LIVE || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
+	t = gdr_thr_find(c);
+	if (__builtin_expect(t != NULL, 1)) {
+		/* Inside a read-side section: r and its entry are not retired and reused under us,
+		 * and nothing of them is read after the hold is given back but in it. */
+		gdr_thr_enter(t);
+		if (__builtin_expect(__atomic_load_n(&r->magic, __ATOMIC_RELAXED) ==
+				     GDR_REGION_LIVE, 1)) {
+			int64_t *ctr = gdr_thr_counter(t, r->slot);
+			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
+
+			if (__builtin_expect(v > 0, 1)) {
+				__atomic_store_n(ctr, v - 1, __ATOMIC_RELEASE);
+				state = __atomic_load_n(&r->entry->state, __ATOMIC_SEQ_CST);
+				fast = true;
+			}
+		}
+		gdr_thr_leave(t);
+	}
+	if (!fast) {
+		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+			goto released;
+		return dereg_locked(c, r);
+	}
+	/* Detached (held when it left the index): reap it if this was its last hold. Dying: its
+	 * retirer sums the holds after a grace period that waits for this release. */
+	if (state == GDR_DETACHED || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
 		cache_lock(c);
 		evict(c, 0); /* what this release made evictable; detached entries are reaped */
 		cache_unlock(c);
 	}
 	return 0;
+
+released:
+	gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
+	return -EINVAL;
+}
+
+/* Drop every indexed entry nobody holds, with one grace period for all. The number dropped. */
+static int drop_unheld(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *cand = NULL;
+	int n;
+
+	DL_FOREACH(c->lru, e)
+		if (entry_unheld_now(c, e))
+			quiesce_mark(e, &cand);
+	n = quiesce_finish(c, cand, NULL);
+	limits_update(c);
+	return n;
 }
 
 GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 {
-	struct gdr_entry *e, *tmp;
 	int n = 0;
 
 	if (!c)
 		return -EINVAL;
 	cache_lock(c);
 	events_drain(c);
-	DL_FOREACH_SAFE(c->lru, e, tmp) {
-		if (entry_quiesce_unheld(c, e)) {
-			entry_drop(c, e);
-			n++;
-		}
-	}
-	limits_update(c);
+	n = drop_unheld(c);
 	cache_unlock(c);
 	return n;
 }
 
-/* Retire e's records and MRs for pd, unless one of those records is held. Under the lock. */
-static bool entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+/* Release a PD, first step: unless one of e's records for pd is held, mark them all dying (no
+ * lookup takes a new hold after the next grace period). 1: marked; 0: none for pd; -EBUSY: held,
+ * none marked. Under the lock. */
+static int entry_pd_mark(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+{
+	struct gdr_region *r;
+	int any = 0;
+
+	for (r = e->regions; r; r = r->next) {
+		if (r->pd == pd && region_holds(c, r) > 0)
+			return -EBUSY; /* before any is marked: a refusal leaves every record LIVE */
+		any |= r->pd == pd;
+	}
+	for (r = e->regions; r; r = r->next)
+		if (r->pd == pd)
+			__atomic_store_n(&r->state, GDR_DYING, __ATOMIC_SEQ_CST);
+	return any;
+}
+
+/* Second step, after the grace period: retire e's records and MRs for pd, or, if a hold was taken
+ * before they were marked, give them all back to lookups. Whether they were retired. */
+static bool entry_pd_finish(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
 {
 	struct gdr_region *r, *rt;
 	struct gdr_mrec *m, *mt;
-	bool any = false;
 
-	for (r = e->regions; r; r = r->next) {
-		if (r->pd == pd) {
-			if (region_holds(c, r) > 0)
-				return false;
-			__atomic_store_n(&r->state, GDR_DYING, __ATOMIC_SEQ_CST);
-			any = true;
-		}
-	}
-	if (any)
-		gdr_thr_sync(c);
 	for (r = e->regions; r; r = r->next) {
 		if (r->pd == pd && region_holds(c, r) > 0) {
 			for (r = e->regions; r; r = r->next)
@@ -1317,7 +1492,7 @@ static bool entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const str
 		rt = r->next;
 		if (r->pd == pd) {
 			region_unlink(e, r);
-			gdr_slot_free(c, r->slot);
+			record_retire(c, r);
 			r->defer = c->deferred_regions;
 			c->deferred_regions = r;
 		}
@@ -1332,20 +1507,50 @@ static bool entry_release_pd(struct gdr_cache *c, struct gdr_entry *e, const str
 	return true;
 }
 
-GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
+static void pd_mark_list(struct gdr_cache *c, struct gdr_entry *list, const struct ibv_pd *pd,
+			 bool *any, bool *busy)
 {
 	struct gdr_entry *e;
-	bool busy = false;
+
+	DL_FOREACH(list, e) {
+		int rc = entry_pd_mark(c, e, pd);
+
+		*any |= rc > 0;
+		*busy |= rc < 0;
+	}
+}
+
+static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const struct ibv_pd *pd,
+			   bool *busy)
+{
+	struct gdr_entry *e;
+
+	DL_FOREACH(list, e) {
+		bool mine = false;
+
+		for (struct gdr_region *r = e->regions; r && !mine; r = r->next)
+			mine = r->pd == pd && __atomic_load_n(&r->state, __ATOMIC_RELAXED) == GDR_DYING;
+		if (mine && !entry_pd_finish(c, e, pd))
+			*busy = true;
+	}
+}
+
+GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
+{
+	bool busy = false, any = false;
 
 	if (!c || !pd) {
 		gdr_err("NULL %s", c ? "pd" : "cache");
 		return -EINVAL;
 	}
 	cache_lock(c);
-	DL_FOREACH(c->lru, e)
-		busy |= !entry_release_pd(c, e, pd);
-	DL_FOREACH(c->detached, e)
-		busy |= !entry_release_pd(c, e, pd);
+	pd_mark_list(c, c->lru, pd, &any, &busy);
+	pd_mark_list(c, c->detached, pd, &any, &busy);
+	if (any) {
+		gdr_thr_sync(c); /* one grace period for every entry */
+		pd_finish_list(c, c->lru, pd, &busy);
+		pd_finish_list(c, c->detached, pd, &busy);
+	}
 	cache_unlock(c);
 	if (busy)
 		gdr_warn("pd %p still has registrations held: their MRs stay", (void *)pd);
@@ -1355,7 +1560,7 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 {
 	struct gdr_sync_set *s, *st;
-	struct gdr_entry *e;
+	struct gdr_entry *e, *next, *cand = NULL;
 	int64_t held = 0;
 
 	if (!c) {
@@ -1363,19 +1568,32 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 		return -EINVAL;
 	}
 	cache_lock(c);
+	settle(c);
 	reap_detached(c);
-	for (size_t i = 0; i < c->index.n; i++)
-		held += gdr_entry_holds(c, c->index.v[i]);
+	/* Quiesce first, then count: a lookup that saw an entry alive has its hold counted, every
+	 * later one takes the locked path. Counted first, a hit in between would be detached. */
+	DL_FOREACH(c->lru, e)
+		quiesce_mark(e, &cand);
+	if (cand)
+		gdr_thr_sync(c);
+	for (e = cand; e; e = e->defer)
+		held += gdr_entry_holds(c, e);
 	if (held > 0 || c->nhost || c->detached) {
+		for (e = cand; e; e = next) {
+			next = e->defer;
+			e->defer = NULL;
+			__atomic_store_n(&e->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+		}
 		cache_unlock(c);
 		gdr_err("cache %p still has registrations held: release them first", (void *)c);
 		return -EBUSY;
 	}
-	while (c->index.n) {
-		e = c->index.v[0];
-		quiesce(c, &e->state);
+	for (e = cand; e; e = next) {
+		next = e->defer;
+		e->defer = NULL;
 		entry_drop(c, e);
 	}
+	settle(c);
 	reclaim(c);
 	cache_unlock_plain(c);
 
@@ -1387,10 +1605,10 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 		HASH_DEL(c->synced, s);
 		free(s);
 	}
-	for (unsigned i = 0; i < c->qlen; i++)
-		free(c->quarantine[(c->qhead + i) % GDR_QUARANTINE]);
+	for (uint32_t i = 0; i < c->rec_nchunks; i++)
+		free(c->rec_chunks[i]);
+	free(c->rec_chunks);
 	free(c->snap);
-	free(c->slot_free);
 	gdr_index_free(&c->index);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -1429,6 +1647,7 @@ static void apply_one(struct gdr_cache *c, void *arg)
 	cache_lock(c);
 	before = c->st.unpins;
 	events_drain(c);
+	settle(c); /* the entries the events dropped, unpinned now (one grace period for all) */
 	*(uint64_t *)arg += c->st.unpins - before;
 	cache_unlock(c);
 }
@@ -1446,18 +1665,13 @@ uint64_t gdr_caches_apply_events(void)
 
 static void relieve_one(struct gdr_cache *c, void *arg)
 {
-	struct gdr_entry *e, *tmp;
+	int n;
 
 	cache_lock(c);
 	events_drain(c);
-	DL_FOREACH_SAFE(c->lru, e, tmp) {
-		if (entry_quiesce_unheld(c, e)) {
-			entry_drop(c, e);
-			c->st.evictions++;
-			(*(uint64_t *)arg)++;
-		}
-	}
-	limits_update(c);
+	n = drop_unheld(c);
+	c->st.evictions += (uint64_t)n;
+	*(uint64_t *)arg += (uint64_t)n;
 	cache_unlock(c);
 }
 

@@ -189,23 +189,28 @@ struct gdr_entry;
 enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 
 /* A registration record: what gdr_reg hands out, shared by every registration of one allocation
- * of an entry for one (pd, access). Immutable once published, except state. Held through the
- * per-thread counters at `slot` (thread.c). */
+ * of an entry for one (pd, access). Immutable while published, except state. Held through the
+ * per-thread counters at `slot` (thread.c) plus `released`. Records are never given back to malloc
+ * while their cache lives: a retired record is marked DEAD and reused, with its slot, only after
+ * GDR_REUSE_DELAY others were retired after it (cache.c), so a late gdr_dereg of a released region
+ * reads a record, never freed memory. */
 struct gdr_region {
-	uint64_t magic;            /* GDR_REGION_LIVE while the record exists */
-	struct gdr_cache *cache;
+	uint64_t magic;            /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
+	struct gdr_cache *cache;   /* the record's cache, for its whole life */
 	struct gdr_entry *entry;   /* NULL: host memory passed through */
 	struct ibv_pd *pd;
 	int access;
-	uint32_t slot;             /* hold counters (cached records) */
+	uint32_t slot;             /* hold counters; also the record's number in its cache */
 	uint32_t state;            /* GDR_LIVE, or GDR_DYING while being retired */
 	uint32_t refs;             /* host records only: 1 while held */
+	int64_t released;          /* holds given back under the lock (by a thread with no hold of
+				      its own on it); read and written under the lock only */
 	struct ibv_mr *mr;
 	uint64_t start, size;      /* the allocation it serves (requests inside it hit lock-free) */
 	uint64_t buffer_id;        /* of that allocation */
 	uint8_t kind;
 	struct gdr_region *next;   /* in the entry's list (published with release: lookups walk it) */
-	struct gdr_region *defer;  /* retired, freed after the next grace period */
+	struct gdr_region *defer;  /* retired: waiting for a grace period, then in the reuse queue */
 };
 
 /* One NIC memory region of an entry, per (pd, access), shared by its region records. */
@@ -270,9 +275,13 @@ static inline struct gdr_entry *gdr_snap_find(const struct gdr_snap *s, uint64_t
 	return lo < s->n && s->v[lo].base <= addr ? s->v[lo].e : NULL;
 }
 
-/* thread.c: per-thread hold counters and read-side epochs (see there). */
-#define GDR_SLOT_CHUNK 1024u
+/* thread.c: per-thread hold counters and read-side epochs (see there). Counters are 64 bits: one
+ * moves one way for a thread that only registers (or only releases) a record, and at one step per
+ * nanosecond it would take 292 years to wrap. 512 counters (4 KiB) a chunk, allocated as a thread
+ * first holds a slot of it; GDR_SLOT_MAX records per cache. */
+#define GDR_SLOT_CHUNK 512u
 #define GDR_SLOT_CHUNKS 1024u
+#define GDR_SLOT_MAX (GDR_SLOT_CHUNK * GDR_SLOT_CHUNKS)
 struct gdr_thr {
 	uint64_t epoch;            /* odd while looking up without the lock; written by its thread */
 	uint64_t fast_hits, tag_checks; /* counted by its thread */
@@ -280,17 +289,23 @@ struct gdr_thr {
 	uint64_t memo_gen;         /* the cache's gen then */
 	int dead;                  /* its thread exited: the next new thread takes the record over */
 	struct gdr_thr *next;
-	int32_t *chunk[GDR_SLOT_CHUNKS];
+	int64_t *chunk[GDR_SLOT_CHUNKS];
 } __attribute__((aligned(64)));
-struct gdr_thr *gdr_thr_get(struct gdr_cache *c);   /* NULL: out of memory */
+/* This thread's record for c, made on first use (NULL: out of memory). Any number of caches per
+ * thread: one record per (thread, cache) for the cache's life, found through a small direct-mapped
+ * TLS table and, behind it, a per-thread hash. */
+struct gdr_thr *gdr_thr_get(struct gdr_cache *c);
+/* The same, but NULL where this thread has no record for c yet (never allocates). */
+struct gdr_thr *gdr_thr_find(struct gdr_cache *c);
 /* This thread's counter of slot, or NULL if its chunk is not there yet (see _alloc). */
-static inline int32_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
+static inline int64_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
 {
-	int32_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+	int64_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
 
 	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
 }
-int32_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot);  /* NULL: out of memory */
+int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot);  /* NULL: out of memory */
+/* The counters of slot summed over threads (modulo 2^64: exact while the true sum fits). */
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
@@ -299,8 +314,6 @@ void gdr_thr_cache_init(struct gdr_cache *c);  /* also decides gdr_thr_asym, onc
 void gdr_thr_cache_fini(struct gdr_cache *c);
 /* fn(cache, arg) for every live cache, under the list's lock (taken before any cache lock). */
 void gdr_thr_foreach_cache(void (*fn)(struct gdr_cache *c, void *arg), void *arg);
-int gdr_slot_alloc(struct gdr_cache *c, uint32_t *slot);  /* under c->lock */
-void gdr_slot_free(struct gdr_cache *c, uint32_t slot);   /* under c->lock */
 /* Whether grace periods use membarrier(PRIVATE_EXPEDITED): the writer then makes every running
  * thread of the process execute a full barrier, so a lookup needs no barrier of its own. */
 extern int gdr_thr_asym;
@@ -320,7 +333,9 @@ static inline void gdr_thr_leave(struct gdr_thr *t)
 
 struct gdr_sync_set;  /* buffer ids given SYNC_MEMOPS (uthash) */
 
-#define GDR_QUARANTINE 256
+/* A retired record is reused only after this many others were retired after it. */
+#define GDR_REUSE_DELAY 1024
+#define GDR_REC_CHUNK 64u          /* records allocated together */
 struct gdr_cache {
 	/* Read by every hit: written only by writers, rarely. */
 	struct gdr_snap *snap __attribute__((aligned(64)));  /* published with release */
@@ -343,15 +358,18 @@ struct gdr_cache {
 	struct gdr_entry *deferred;      /* retired entries waiting for a grace period */
 	struct gdr_snap *old_snaps;      /* retired snapshots waiting for a grace period */
 	struct gdr_region *deferred_regions; /* records retired from live entries, likewise */
+	struct gdr_entry *dying;         /* utlist DL: out of the index, holds not yet final */
+	bool dying_unsynced;             /* one of them was marked dying since the last grace period */
 	struct gdr_entry *taking;        /* being handed out under the lock: not to be evicted */
-	uint32_t *slot_free, slot_nfree, slot_cap, slot_next;
+	struct gdr_region **rec_chunks;  /* every record, GDR_REC_CHUNK a chunk: record n is slot n */
+	uint32_t rec_nchunks, slot_next;
+	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
+	uint32_t reuse_len;
 	struct gdr_sync_set *synced;
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
 	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
 	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
-	struct gdr_region *quarantine[GDR_QUARANTINE]; /* released records kept before free() */
-	unsigned qhead, qlen;
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive;    /* every live cache (thread.c) */
 };

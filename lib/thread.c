@@ -4,11 +4,14 @@
  * thread's hit writes (FACTS.md: a shared atomic on one hot entry caps the process at ~12 M/s, a
  * shared read lock at ~6.5 M/s).
  *
- *  - Hold counters. A registration is held through a signed counter of the holding thread, indexed
- *    by the registration record's slot: gdr_reg adds one to its own thread's counter, gdr_dereg
- *    subtracts one from its own (a release on another thread makes that one negative). A record is
- *    held while the sum over all threads is above zero. Only the cache's writers (under its lock)
- *    ever sum, and only after a grace period that makes the sum final (below).
+ *  - Hold counters. A registration is held through a signed 64-bit counter of the holding thread,
+ *    indexed by the registration record's slot: gdr_reg adds one to its own thread's counter,
+ *    gdr_dereg subtracts one from it where it is above zero, and otherwise (a release on a thread
+ *    that holds none: an MPI progress thread) gives the hold back under the lock, in the record.
+ *    A record is held while the sum is above zero. Only the cache's writers (under its lock) ever
+ *    sum, and only after a grace period that makes the sum final (below). A counter of a thread
+ *    that only registers grows by one per registration and is reset only when its record is
+ *    reused: 64 bits never wrap in the life of a process (2^63 steps, 292 years at one per ns).
  *  - Read-side epochs. A thread looking up the index without the lock makes its epoch odd for the
  *    duration. A writer that retires an entry marks it dying, then waits until every thread has
  *    been seen with an even epoch or a later one (gdr_thr_sync): any lookup that saw the entry
@@ -21,7 +24,9 @@
  *    instruction (on a line only it writes).
  *
  * Thread records live until the cache is destroyed; a thread that exits leaves its record (and its
- * counters, which may hold references) to the next thread that comes to the cache.
+ * counters, which may hold references) to the next thread that comes to the cache. A thread finds
+ * its record of a cache through a direct-mapped table of TLS_SLOTS in TLS (the hit path's one
+ * compare) and, behind it, a hash of its own: any number of caches per thread, one record each.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -35,15 +40,23 @@
 
 #define TLS_SLOTS 4
 
-/* This thread's records, by cache id (ids are never reused, pointers may be). Initial-exec: read
- * on every hit, where the general-dynamic model would call __tls_get_addr each time; 68 bytes fit
- * the static TLS glibc keeps for libraries loaded later with dlopen. */
+/* This thread's records, by cache id (ids are never reused, pointers may be): slot id % TLS_SLOTS
+ * of a direct-mapped table, then the thread's hash. Initial-exec: read on every hit, where the
+ * general-dynamic model would call __tls_get_addr each time; 72 bytes fit the static TLS glibc
+ * keeps for libraries loaded later with dlopen. Every record in `tls` is in `map` too. */
 #define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
 static GDR_TLS struct {
 	uint64_t id;
 	struct gdr_thr *t;
 } tls[TLS_SLOTS];
-static GDR_TLS unsigned tls_next;
+struct thr_map {
+	uint32_t cap, n;           /* cap a power of two; n < cap * 3 / 4 */
+	struct thr_map_item {
+		uint64_t id;       /* 0: empty */
+		struct gdr_thr *t;
+	} v[];
+};
+static GDR_TLS struct thr_map *tls_map;
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 int gdr_thr_asym;
@@ -53,21 +66,92 @@ static pthread_mutex_t alive_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t next_id = 1;
 static struct gdr_cache *alive;
 
+static bool id_alive(uint64_t id)  /* under alive_lock */
+{
+	for (struct gdr_cache *c = alive; c; c = c->next_alive)
+		if (c->id == id)
+			return true;
+	return false;
+}
+
+static struct gdr_thr *map_find(const struct thr_map *m, uint64_t id)
+{
+	if (!m)
+		return NULL;
+	for (uint32_t i = (uint32_t)(id * 0x9e3779b97f4a7c15ULL >> 32) & (m->cap - 1);;
+	     i = (i + 1) & (m->cap - 1)) {
+		if (m->v[i].id == id)
+			return m->v[i].t;
+		if (!m->v[i].id)
+			return NULL;
+	}
+}
+
+static void map_put(struct thr_map *m, uint64_t id, struct gdr_thr *t)
+{
+	uint32_t i = (uint32_t)(id * 0x9e3779b97f4a7c15ULL >> 32) & (m->cap - 1);
+
+	while (m->v[i].id)
+		i = (i + 1) & (m->cap - 1);
+	m->v[i].id = id;
+	m->v[i].t = t;
+	m->n++;
+}
+
+/* Add (id, t) to this thread's hash. Records of caches destroyed since are left out whenever it is
+ * rebuilt, so it holds about the caches alive that this thread has used. 0 or -ENOMEM. */
+static int map_add(uint64_t id, struct gdr_thr *t)
+{
+	struct thr_map *m = tls_map, *nm;
+	uint32_t live = 0, cap;
+
+	if (m && (m->n + 1) * 4 < m->cap * 3) {
+		map_put(m, id, t);
+		return 0;
+	}
+	pthread_mutex_lock(&alive_lock);
+	for (uint32_t i = 0; m && i < m->cap; i++)
+		live += m->v[i].id && id_alive(m->v[i].id);
+	for (cap = 8; (live + 1) * 4 >= cap * 3 / 2; cap *= 2)
+		;
+	nm = calloc(1, sizeof(*nm) + cap * sizeof(nm->v[0]));
+	if (!nm) {
+		pthread_mutex_unlock(&alive_lock);
+		return -ENOMEM;
+	}
+	nm->cap = cap;
+	for (uint32_t i = 0; m && i < m->cap; i++)
+		if (m->v[i].id && id_alive(m->v[i].id))
+			map_put(nm, m->v[i].id, m->v[i].t);
+	pthread_mutex_unlock(&alive_lock);
+	for (unsigned i = 0; i < TLS_SLOTS; i++) {
+		if (tls[i].t && !map_find(nm, tls[i].id)) {
+			tls[i].id = 0;
+			tls[i].t = NULL;
+		}
+	}
+	map_put(nm, id, t);
+	tls_map = nm;
+	free(m);
+	return 0;
+}
+
 static void thread_exit(void *arg)
 {
+	struct thr_map *m = tls_map;
+
 	(void)arg;
 	pthread_mutex_lock(&alive_lock);
+	for (uint32_t i = 0; m && i < m->cap; i++)
+		if (m->v[i].id && id_alive(m->v[i].id))
+			__atomic_store_n(&m->v[i].t->dead, 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < TLS_SLOTS; i++) {
-		for (struct gdr_cache *c = alive; c && tls[i].t; c = c->next_alive) {
-			if (c->id == tls[i].id) {
-				__atomic_store_n(&tls[i].t->dead, 1, __ATOMIC_RELEASE);
-				break;
-			}
-		}
 		tls[i].t = NULL;
 		tls[i].id = 0;
 	}
+	tls_map = NULL;
 	pthread_mutex_unlock(&alive_lock);
+	free(m);
 }
 
 static void key_init(void)
@@ -103,10 +187,8 @@ static void fork_child(void)
 		__atomic_store_n(&gdr_thr_asym, 0, __ATOMIC_RELAXED);
 	for (struct gdr_cache *c = alive; c; c = c->next_alive) {
 		for (struct gdr_thr *t = c->threads; t; t = t->next) {
-			bool mine = false;
+			bool mine = map_find(tls_map, c->id) == t;
 
-			for (unsigned i = 0; i < TLS_SLOTS; i++)
-				mine |= tls[i].id == c->id && tls[i].t == t;
 			t->epoch &= ~1ULL;
 			if (!mine)
 				t->dead = 1; /* its counters still count: the holds it made are held */
@@ -207,26 +289,46 @@ static struct gdr_thr *thr_attach(struct gdr_cache *c)
 						    __ATOMIC_RELAXED))
 			;
 	}
+	if (map_add(c->id, t)) {
+		__atomic_store_n(&t->dead, 1, __ATOMIC_RELEASE); /* for the next thread to take */
+		return NULL;
+	}
 	/* The exit destructor runs only for threads whose key value is not NULL. */
 	pthread_setspecific(exit_key, (void *)1);
-	tls[tls_next].id = c->id;
-	tls[tls_next].t = t;
-	tls_next = (tls_next + 1) % TLS_SLOTS;
+	return t;
+}
+
+static struct gdr_thr *thr_lookup(struct gdr_cache *c, bool attach)
+{
+	unsigned i = c->id % TLS_SLOTS;
+	struct gdr_thr *t;
+
+	if (__builtin_expect(tls[i].id == c->id, 1))
+		return tls[i].t;
+	t = map_find(tls_map, c->id);
+	if (!t && attach)
+		t = thr_attach(c);
+	if (t) {
+		tls[i].id = c->id;
+		tls[i].t = t;
+	}
 	return t;
 }
 
 struct gdr_thr *gdr_thr_get(struct gdr_cache *c)
 {
-	for (unsigned i = 0; i < TLS_SLOTS; i++)
-		if (tls[i].id == c->id)
-			return tls[i].t;
-	return thr_attach(c);
+	return thr_lookup(c, true);
 }
 
-int32_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
+struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
 {
-	int32_t **pc = &t->chunk[slot / GDR_SLOT_CHUNK];
-	int32_t *ch = __atomic_load_n(pc, __ATOMIC_ACQUIRE);
+	return thr_lookup(c, false);
+}
+
+int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
+{
+	int64_t **pc = &t->chunk[slot / GDR_SLOT_CHUNK];
+	int64_t *ch = __atomic_load_n(pc, __ATOMIC_ACQUIRE);
 
 	if (!ch) {
 		ch = calloc(GDR_SLOT_CHUNK, sizeof(*ch));
@@ -239,21 +341,21 @@ int32_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
 
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot)
 {
-	int64_t sum = 0;
+	uint64_t sum = 0; /* +n on one thread and -n on another: add modulo 2^64 */
 
 	for (struct gdr_thr *t = __atomic_load_n(&c->threads, __ATOMIC_ACQUIRE); t; t = t->next) {
-		int32_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+		int64_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
 
 		if (ch)
-			sum += __atomic_load_n(&ch[slot % GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+			sum += (uint64_t)__atomic_load_n(&ch[slot % GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
 	}
-	return sum;
+	return (int64_t)sum;
 }
 
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot)
 {
 	for (struct gdr_thr *t = __atomic_load_n(&c->threads, __ATOMIC_ACQUIRE); t; t = t->next) {
-		int32_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+		int64_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
 
 		if (ch)
 			__atomic_store_n(&ch[slot % GDR_SLOT_CHUNK], 0, __ATOMIC_RELAXED);
@@ -288,36 +390,4 @@ void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_chec
 		*fast_hits += __atomic_load_n(&t->fast_hits, __ATOMIC_RELAXED);
 		*tag_checks += __atomic_load_n(&t->tag_checks, __ATOMIC_RELAXED);
 	}
-}
-
-/* ---- slots: the record numbers counters are indexed by --------------------------------------- */
-
-int gdr_slot_alloc(struct gdr_cache *c, uint32_t *slot)
-{
-	if (c->slot_nfree) {
-		*slot = c->slot_free[--c->slot_nfree];
-		return 0;
-	}
-	if (c->slot_next == GDR_SLOT_CHUNK * GDR_SLOT_CHUNKS) {
-		gdr_err("more than %u registration records", GDR_SLOT_CHUNK * GDR_SLOT_CHUNKS);
-		return -ENOSPC;
-	}
-	*slot = c->slot_next++;
-	return 0;
-}
-
-/* Free a slot whose record nobody holds or can reach for a hold (retired, after a grace period). */
-void gdr_slot_free(struct gdr_cache *c, uint32_t slot)
-{
-	gdr_thr_zero(c, slot); /* +1 on one thread and -1 on another leave non-zero counters */
-	if (c->slot_nfree == c->slot_cap) {
-		uint32_t cap = c->slot_cap ? c->slot_cap * 2 : 256;
-		uint32_t *v = realloc(c->slot_free, cap * sizeof(*v));
-
-		if (!v)
-			return; /* leaked number, not memory: the next one is taken from slot_next */
-		c->slot_free = v;
-		c->slot_cap = cap;
-	}
-	c->slot_free[c->slot_nfree++] = slot;
 }
