@@ -126,10 +126,18 @@ int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_cache **cache
  */
 int gdr_cache_destroy(struct gdr_cache *cache);
 
+/* Or'ed into gdr_reg's access: a registration with remote access may use the cached MR of the whole
+ * pinned range (the 64 KiB-aligned allocation), whose rkey reaches every byte of it, as MPI and UCX
+ * use their registration caches. Without it, remote access gets an MR of exactly [addr, addr+len). */
+#define GDR_ACCESS_WIDE_MR (1 << 30)
+
 /*
  * Register [addr, addr+len) and take a reference. pd may be NULL: then the registration carries the
  * pinned range (kmod page list or dma-buf fd) but no MR. access is an ibv_access_flags mask, used only
- * with a pd. GPU device memory is served from the cache (a hit takes no lock; in mode tag it
+ * with a pd. With remote access (IBV_ACCESS_REMOTE_WRITE / _READ / _ATOMIC) the MR, and so the rkey a
+ * peer gets, covers exactly [addr, addr+len) (one NIC registration per distinct range, cached over
+ * the shared pin; an entry keeps at most 32 such ranges, then is replaced); local access, or
+ * GDR_ACCESS_WIDE_MR, shares one MR of the whole pinned range. GPU device memory is served from the cache (a hit takes no lock; in mode tag it
  * costs one BUFFER_ID query); host memory and
  * memory CUDA does not know go straight to ibv_reg_mr (needs a pd).
  * Returns 0 and *region, or

@@ -55,11 +55,11 @@ static void dmabuf_unpin(struct gdr_be *b, struct gdr_pin *pin)
 }
 
 static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
-			 int access, struct ibv_mr **mr)
+			 int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)b;
-	return gdr_verbs_reg_dmabuf(pd, pin->dmabuf_offset, pin->len, pin->base, pin->dmabuf_fd,
-				    access, mr);
+	return gdr_verbs_reg_dmabuf(pd, pin->dmabuf_offset + (base - pin->base), len, base,
+				    pin->dmabuf_fd, access, mr);
 }
 
 const struct gdr_backend_ops gdr_backend_dmabuf_ops = {

@@ -30,10 +30,10 @@ static void peermem_unpin(struct gdr_be *b, struct gdr_pin *pin)
 }
 
 static int peermem_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
-			  int access, struct ibv_mr **mr)
+			  int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
-	(void)b;
-	return gdr_verbs_reg(pd, (void *)(uintptr_t)pin->base, pin->len, pin->base, access, mr);
+	(void)b, (void)pin;
+	return gdr_verbs_reg(pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
 const struct gdr_backend_ops gdr_backend_peermem_ops = {

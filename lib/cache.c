@@ -288,6 +288,12 @@ static void record_retire(struct gdr_cache *c, struct gdr_region *r)
 {
 	(void)c;
 	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
+	if (r->exact && r->mr) {
+		gdr_verbs_dereg(r->mr); /* its own MR: nobody holds the record any more */
+		r->mr = NULL;
+		if (r->entry && r->entry->nexact)
+			r->entry->nexact--;
+	}
 }
 
 /* Make lookups see the index as it is now. */
@@ -740,13 +746,41 @@ static int entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t
 }
 
 /* Hand out a hold on e for (pd, access), on this thread, making its record and MR if needed. */
+/* Whether record q serves (pd, access, [a, a+len)): an exact record only an exact request of that
+ * very range, a shared one any range inside its allocation unless the request needs an exact MR. */
+static inline bool record_serves(const struct gdr_region *q, const struct ibv_pd *pd, int access,
+				 uint64_t a, uint64_t len, bool exact)
+{
+	if (q->pd != pd || q->access != access)
+		return false;
+	if (q->exact) /* never for a wide request: its rkey must reach the whole pin */
+		return exact && q->start == a && q->size == len;
+	return !exact && q->start <= a && a + len <= q->start + q->size;
+}
+
+/* Whether taking [a, a+len) exactly from e would make a new exact record past the bound. */
+static bool entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
+			     uint64_t a, uint64_t len, bool exact)
+{
+	if (!exact || e->nexact < GDR_EXACT_PER_ENTRY)
+		return false;
+	for (const struct gdr_region *r = e->regions; r; r = r->next)
+		if (record_serves(r, pd, access, a, len, true))
+			return false;
+	return true;
+}
+
+/* Take a hold on e for [a, a+len), making the record (and the MR) if there is none. exact: the MR
+ * must be bounded to [a, a+len) (remote access): a record of its own, its MR of that range. */
 static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
-		      struct ibv_pd *pd, int access, uint64_t a, struct gdr_region **out)
+		      struct ibv_pd *pd, int access, uint64_t a, uint64_t len, bool exact,
+		      struct gdr_region **out)
 {
 	const struct gdr_tag *tag = entry_tag_at(e, a);
 	uint64_t id = tag ? tag->buffer_id : 0;
 	struct gdr_region *r;
 	struct gdr_mrec *m = NULL;
+	struct ibv_mr *own = NULL;
 	int64_t *ctr;
 	int rc = 0;
 
@@ -756,29 +790,27 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 		return -EIO;
 	}
 	if (!pd)
-		access = 0;
+		access = 0, exact = false;
 	for (r = e->regions; r; r = r->next)
-		if (r->pd == pd && r->access == access && r->buffer_id == id &&
-		    r->start == tag->start && r->size == tag->size)
+		if (r->buffer_id == id && record_serves(r, pd, access, a, len, exact) &&
+		    (r->exact || (r->start == tag->start && r->size == tag->size)))
 			break;
 	__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
 	DL_DELETE(c->lru, e);
 	DL_APPEND(c->lru, e);
 	c->taking = e; /* making the MR may evict, and must not evict e */
 	if (!r) {
-		if (pd) {
+		if (pd && !exact) {
 			LL_FOREACH(e->mrecs, m)
 				if (m->pd == pd && m->access == access)
 					break;
 		}
 		if (pd && !m) {
-			m = calloc(1, sizeof(*m));
-			if (!m) {
-				rc = -ENOMEM;
-				goto out;
-			}
+			uint64_t base = exact ? a : e->base, n = exact ? len : e->len;
+
 			for (;;) {
-				rc = c->backend->ops->reg_mr(c->backend, &e->pin, pd, access, &m->mr);
+				rc = c->backend->ops->reg_mr(c->backend, &e->pin, pd, access, base, n,
+							     &own);
 				if ((rc != -ENOMEM && rc != -ENOSPC) || !evict(c, e->len))
 					break;
 				c->st.fail_pin_retried++;
@@ -786,18 +818,40 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 			if (rc) {
 				c->st.fail_mr++;
 				gdr_err("NIC registration of [%#llx, +%llu) failed: %d",
-					(unsigned long long)e->base, (unsigned long long)e->len, rc);
-				free(m);
+					(unsigned long long)base, (unsigned long long)n, rc);
 				goto out;
 			}
-			m->pd = pd;
-			m->access = access;
-			LL_PREPEND(e->mrecs, m);
+			if (!exact) {
+				m = calloc(1, sizeof(*m));
+				if (!m) {
+					gdr_verbs_dereg(own);
+					rc = -ENOMEM;
+					goto out;
+				}
+				m->pd = pd;
+				m->access = access;
+				m->mr = own;
+				own = NULL;
+				LL_PREPEND(e->mrecs, m);
+			}
 		}
 		rc = region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
-		if (rc)
+		if (rc) {
+			if (own)
+				gdr_verbs_dereg(own);
 			goto out;
-		r->mr = m ? m->mr : NULL;
+		}
+		if (exact) {
+			r->exact = 1;
+			r->start = a;
+			r->size = len;
+			r->mr = own;
+			e->nexact++;
+			c->exact_mrs++;
+		} else {
+			r->exact = 0;
+			r->mr = m ? m->mr : NULL;
+		}
 		region_link(e, r);
 	}
 	ctr = gdr_thr_counter_alloc(t, r->slot);
@@ -1137,7 +1191,7 @@ static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
 
 /* The locked path: misses, stale entries, new records, pending events. */
 static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
-		      uint64_t len, int access, struct gdr_region **out)
+		      uint64_t len, int access, bool exact, struct gdr_region **out)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
 	struct gdr_entry *e;
@@ -1146,11 +1200,19 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 
 	events_drain(c);
 	e = gdr_index_find(&c->index, a);
+	if (e && entry_exact_full(e, pd, access, a, len, exact)) {
+		/* As many remote-access ranges as an entry keeps: it is replaced (held, it is detached
+		 * with its MRs until released); the new one starts with none. */
+		c->exact_replaced++;
+		entry_drop(c, e);
+		settle(c);
+		e = NULL;
+	}
 	if (e && a + len <= e->base + e->len) {
 		rc = entry_check(c, e, a, len, false);
 		if (rc == 0) {
 			c->st.hits++;
-			return entry_take(c, t, e, pd, access, a, out);
+			return entry_take(c, t, e, pd, access, a, len, exact, out);
 		}
 		if (rc < 0) {
 			entry_stale(c, e);
@@ -1194,7 +1256,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 			if (rc)
 				return rc;
 			c->st.hits++;
-			return entry_take(c, t, e, pd, access, a, out);
+			return entry_take(c, t, e, pd, access, a, len, exact, out);
 		}
 	}
 
@@ -1203,7 +1265,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 	if (rc)
 		return rc;
 	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
-	return entry_take(c, t, e, pd, access, a, out);
+	return entry_take(c, t, e, pd, access, a, len, exact, out);
 }
 
 /* What the hit path found wrong with a held entry: the locked path retires it. */
@@ -1216,7 +1278,8 @@ struct stale_hit {
 /* The hit path: no lock, no shared write. 0 and *out; 1: take the locked path; 2: the same, but
  * the entry in *st failed validation (still held). */
 static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
-		    uint64_t len, int access, struct gdr_region **out, struct stale_hit *st)
+		    uint64_t len, int access, bool exact, struct gdr_region **out,
+		    struct stale_hit *st)
 {
 	struct gdr_entry *e = NULL;
 	struct gdr_region *r = NULL;
@@ -1231,8 +1294,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	gdr_thr_enter(t);
 	gen = __atomic_load_n(&c->gen, __ATOMIC_SEQ_CST);
 	r = t->memo;
-	if (t->memo_gen == gen && r && r->pd == pd && r->access == access && r->start <= a &&
-	    a + len <= r->start + r->size) {
+	if (t->memo_gen == gen && r && record_serves(r, pd, access, a, len, exact)) {
 		/* The same record as this thread's last hit, and nothing retired since: no search. */
 		e = r->entry;
 	} else {
@@ -1241,8 +1303,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 		e = gdr_snap_find(s, a);
 		for (struct gdr_region *q = e ? __atomic_load_n(&e->regions, __ATOMIC_ACQUIRE) : NULL;
 		     q; q = __atomic_load_n(&q->next, __ATOMIC_ACQUIRE)) {
-			if (q->pd == pd && q->access == access && q->start <= a &&
-			    a + len <= q->start + q->size) {
+			if (record_serves(q, pd, access, a, len, exact)) {
 				r = q;
 				break;
 			}
@@ -1282,6 +1343,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		       struct gdr_region **region)
 {
 	uint64_t a = (uintptr_t)addr;
+	bool wide = access & GDR_ACCESS_WIDE_MR, exact;
 	struct stale_hit st;
 	struct gdr_thr *t;
 	int rc;
@@ -1291,6 +1353,10 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		return -EINVAL;
 	}
 	*region = NULL;
+	access &= ~GDR_ACCESS_WIDE_MR;
+	/* Remote access gets keys bounded by what was asked (a remote peer must not reach the rest
+	 * of the pin), unless the caller asked for the wide MR. */
+	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !wide;
 	if (!len || a + len < a) {
 		cache_lock(c);
 		c->st.fail_input++;
@@ -1301,7 +1367,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	t = gdr_thr_get(c);
 	if (!t)
 		return -ENOMEM;
-	rc = reg_fast(c, t, pd, a, len, access, region, &st);
+	rc = reg_fast(c, t, pd, a, len, access, exact, region, &st);
 	if (!rc)
 		return 0;
 	cache_lock(c);
@@ -1314,7 +1380,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 				 __ATOMIC_RELAXED);
 	}
 	for (unsigned tries = 0;; tries++) {
-		rc = reg_locked(c, t, pd, a, len, access, region);
+		rc = reg_locked(c, t, pd, a, len, access, exact, region);
 		if (rc != -EINPROGRESS)
 			break;
 		__atomic_add_fetch(&c->reg_waits, 1, __ATOMIC_RELAXED);

@@ -13,6 +13,11 @@
 #define GDR_GPU_PAGE (64ULL * 1024)
 #define GDR_ALIGN_DOWN(x) ((x) & ~(GDR_GPU_PAGE - 1))
 #define GDR_ALIGN_UP(x) (((x) + GDR_GPU_PAGE - 1) & ~(GDR_GPU_PAGE - 1))
+/* ibv_access_flags that let a remote peer reach the memory: REMOTE_WRITE, _READ, _ATOMIC, MW_BIND
+ * (a window can be bound anywhere in its MR). Such registrations get an MR of exactly their range. */
+#define GDR_IBV_ACCESS_REMOTE (0x2 | 0x4 | 0x8 | 0x10)
+/* Exact (remote-access) records an entry keeps before it is replaced. */
+#define GDR_EXACT_PER_ENTRY 32
 /* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
 #define GDR_MAX_TAGS 64
 
@@ -122,9 +127,10 @@ struct gdr_backend_ops {
 	/* Pin pin->base/len. 0 or -errno (-ENOMEM / -ENOSPC: out of pinnable space, worth evicting). */
 	int (*pin)(struct gdr_be *b, struct gdr_pin *pin);
 	void (*unpin)(struct gdr_be *b, struct gdr_pin *pin);
-	/* Register the pinned range with a NIC. 0 or -errno. */
+	/* Register [base, base+len) of the pinned range with a NIC (the whole pin, or exactly what a
+	 * remote-access registration asked). 0 or -errno. */
 	int (*reg_mr)(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
-		      struct ibv_mr **mr);
+		      uint64_t base, uint64_t len, struct ibv_mr **mr);
 	/* Physical page addresses (kmod); the count, or -errno (-ENOENT when the backend has none). */
 	int (*pages)(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max);
 	/* Whether the kernel has revoked the pin (its memory was freed): a load from memory the
@@ -206,7 +212,9 @@ struct gdr_region {
 	int64_t released;          /* holds given back under the lock (by a thread with no hold of
 				      its own on it); read and written under the lock only */
 	struct ibv_mr *mr;
-	uint64_t start, size;      /* the allocation it serves (requests inside it hit lock-free) */
+	uint64_t start, size;      /* the allocation it serves (requests inside it hit lock-free); for
+				      an exact record, exactly the range registered */
+	uint8_t exact;             /* owns an MR of exactly [start, start+size) (remote access) */
 	uint64_t buffer_id;        /* of that allocation */
 	uint8_t kind;
 	struct gdr_region *next;   /* in the entry's list (published with release: lookups walk it) */
@@ -226,6 +234,7 @@ struct gdr_entry {
 	uint32_t state;            /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
 	uint32_t used;             /* taken since the evictor last looked (CLOCK second chance) */
 	uint32_t ntags, tags_cap;
+	uint32_t nexact;           /* exact records (remote-access MRs of one range each) */
 	struct gdr_tag *tags;      /* sorted by start, non-overlapping (under the lock only) */
 	struct gdr_pin pin;
 	struct gdr_region *regions;
@@ -370,6 +379,8 @@ struct gdr_cache {
 	struct gdr_cache_stats st;
 	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
 	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
+	uint64_t exact_mrs;              /* MRs made for one remote-access range (exact records) */
+	uint64_t exact_replaced;         /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive;    /* every live cache (thread.c) */
 };

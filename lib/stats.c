@@ -57,6 +57,10 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 	{
 		char line[512];
 
+		fprintf(stderr, "gdrcache[%d] remote-access MRs of exact ranges %" PRIu64
+			", entries replaced for holding too many %" PRIu64 "\n", (int)getpid(),
+			__atomic_load_n(&c->exact_mrs, __ATOMIC_RELAXED),
+			__atomic_load_n(&c->exact_replaced, __ATOMIC_RELAXED));
 		gdr_hooks_stats_line(line, sizeof(line));
 		fprintf(stderr, "gdrcache[%d] interception: %s\n", (int)getpid(), line);
 	}

@@ -184,10 +184,10 @@ bool fake_backend_pin_current(const struct gdr_region *r, uint64_t a, uint64_t l
 }
 
 static int fb_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
-		     struct ibv_mr **mr)
+		     uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
-	(void)b;
-	return gdr_verbs_reg(pd, (void *)(uintptr_t)pin->base, pin->len, pin->base, access, mr);
+	(void)b, (void)pin;
+	return gdr_verbs_reg(pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
 static int fb_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *out, uint32_t max)

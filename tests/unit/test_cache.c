@@ -526,10 +526,89 @@ static void test_cuda_query_failure(void **state)
 	fake_cuda_free(a);
 }
 
+/* Issue 10 item 16: a registration that grants remote access gets an MR (so an rkey) bounded by
+ * what it asked for, not the whole pinned range; repeated, the same range is a cache hit on the
+ * same MR; local access and GDR_ACCESS_WIDE_MR share the pin-wide MR; an entry keeps at most
+ * GDR_EXACT_PER_ENTRY remote ranges, then is replaced (held ones stay valid until released). */
+#define REMOTE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+static void mr_bounds(struct gdr_region *r, uint64_t *base, uint64_t *len)
+{
+	struct ibv_mr *mr = NULL;
+
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_non_null(mr);
+	*base = (uintptr_t)mr->addr;
+	*len = mr->length;
+}
+
+static void test_remote_access_mr_is_exact(void **state)
+{
+	uint64_t a = fake_cuda_alloc(1 * MiB), base, len, regs0;
+	struct gdr_region *r, *r2, *w, *l, *held;
+	uint32_t lk, lk2;
+
+	(void)state;
+	/* remote access: exactly [a + 8192, +4096) */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r), 0);
+	mr_bounds(r, &base, &len);
+	assert_int_equal(base, a + 8192);
+	assert_int_equal(len, 4096);
+	assert_int_equal(gdr_region_keys(r, &lk, NULL), 0);
+	regs0 = fake_verbs.regs;
+	/* the same range again: a hit on the same MR, no NIC registration */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r2), 0);
+	assert_int_equal(gdr_region_keys(r2, &lk2, NULL), 0);
+	assert_int_equal(lk2, lk);
+	assert_int_equal(fake_verbs.regs, regs0);
+	assert_int_equal(gdr_dereg(r2), 0);
+	/* a sub-range is not served by the wider exact MR: its own */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 100, REMOTE, &r2), 0);
+	mr_bounds(r2, &base, &len);
+	assert_int_equal(base, a + 8192);
+	assert_int_equal(len, 100);
+	assert_int_equal(gdr_dereg(r2), 0);
+	/* local access: the pin-wide MR */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
+				 IBV_ACCESS_LOCAL_WRITE, &l), 0);
+	mr_bounds(l, &base, &len);
+	assert_int_equal(base, a);
+	assert_int_equal(len, 1 * MiB);
+	/* the wide MR on request */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
+				 REMOTE | GDR_ACCESS_WIDE_MR, &w), 0);
+	mr_bounds(w, &base, &len);
+	assert_int_equal(base, a);
+	assert_int_equal(len, 1 * MiB);
+	assert_int_equal(gdr_dereg(w), 0);
+	assert_int_equal(gdr_dereg(l), 0);
+	/* past GDR_EXACT_PER_ENTRY distinct ranges the entry is replaced; a held registration of the
+	 * old one stays usable (its MR still registered) until released */
+	held = r;
+	for (uint64_t i = 0; i < GDR_EXACT_PER_ENTRY + 4; i++) {
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 65536 + i * 256),
+					 256, REMOTE, &r2), 0);
+		mr_bounds(r2, &base, &len);
+		assert_int_equal(base, a + 65536 + i * 256);
+		assert_int_equal(len, 256);
+		assert_int_equal(gdr_dereg(r2), 0);
+	}
+	/* the old entry had 2 exact ranges before the loop: the loop's first 30 filled it to 32, the
+	 * other 6 went to the new entry. Detached, the old one keeps its 32 exact MRs and 2 wide ones
+	 * while held. */
+	assert_int_equal(fake_verbs.outstanding, GDR_EXACT_PER_ENTRY + 2 + 6);
+	mr_bounds(held, &base, &len);
+	assert_int_equal(base, a + 8192);
+	assert_int_equal(gdr_dereg(held), 0);
+	/* released, it goes with all of them: the new entry's 6 are left */
+	assert_int_equal(fake_verbs.outstanding, 6);
+	fake_cuda_free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hit_after_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remote_access_mr_is_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_va_reuse_is_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_freed_buffer_not_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_stale_entry_detached, setup, teardown),
