@@ -4,38 +4,59 @@
  * pins GPU memory for libgdrcache and tells it, without a system call, when the
  * NVIDIA driver revokes a pin (the ABI is include/gdrcache/uapi.h).
  *
+ * Ownership. A file belongs to the process image that opened it: its
+ * thread-group id, the group leader's start time and its exec count, which
+ * together never repeat (no reference is held: every helper that would drop
+ * one, __mmdrop, put_pid, __put_task_struct, is GPL-only). The owner's close()
+ * of any descriptor of the file, or its exit, ends the file: every pin is given
+ * back at once, whoever else still holds the file (a forked child, an
+ * SCM_RIGHTS receiver, a mapping), and every later call fails.
+ *
  * Locking, outermost first:
- *   gdr_file.lock (mutex)      the handle table, pin counts; never held across
- *                              nvidia_p2p_put_pages*() (unpin claims the
- *                              region under it, puts after dropping it)
+ *   gdr_orphans_lock (mutex)   the orphan list; put_pages may run under it
+ *   gdr_file.lock (mutex)      the handle table, generations, per-file counts,
+ *                              dead; never held across nvidia_p2p_put_pages*()
+ *                              or copy_to_user()
+ *   gdr_acct_lock (spin)       per-user and global counts
  *   gdr_region.lock (spin)     the region's state and page table pointer; the
  *                              only lock NVIDIA's free callback takes ...
  *   gdr_file.ev_lock (spin)    ... besides this one, nested inside it: the
  *                              revocation area and the read() event queue
  *
- * A callback-mode region's page table is given back exactly once, either by
- * the free callback (nvidia_p2p_free_page_table) or by unpin
- * (nvidia_p2p_put_pages); whichever moves the region out of GDR_REGION_PINNED
- * under its lock owns it. put_pages blocks while a callback on that page table
- * runs, so once it returns no callback can touch the region any more.
+ * A callback-mode page table is given back exactly once: by the free callback,
+ * or by nvidia_p2p_put_pages() from whoever moved the region out of
+ * GDR_REGION_PINNED under its lock. put_pages blocks while a callback on that
+ * page table runs, so once it has succeeded no callback can come. If it fails
+ * (the open driver returns -ENOMEM when it cannot allocate its stack), the
+ * region becomes an orphan: it keeps its memory, its charge and a reference on
+ * this module until the callback takes the page table or a retry (every
+ * GDR_RETRY_DELAY) puts it, so neither a late callback nor the module's unload
+ * can meet freed memory. Persistent pins are orphaned and retried the same way.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/cred.h>
 #include <linux/fs.h>
+#include <linux/hashtable.h>
 #include <linux/kernel.h>
+#include <linux/list.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/overflow.h>
 #include <linux/poll.h>
+#include <linux/refcount.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/string.h>
 #include <linux/types.h>
 #include <linux/uaccess.h>
+#include <linux/uidgid.h>
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #ifdef GDR_USE_NV_P2P_H
 #include "nv-p2p.h"
@@ -52,7 +73,13 @@
 #endif
 
 #define GDR_MAX_PINS_LIMIT	(1U << 20)
+#define GDR_MAX_EVENTS_LIMIT	(1U << 16)
 #define GDR_READ_BATCH		8
+/* Longest pin: 2^24 GPU pages, a 128 MiB page array at most. */
+#define GDR_MAX_PIN_LEN		(1ULL << 40)
+/* Page table entries copied per hold of the region lock. */
+#define GDR_COPY_CHUNK		4096
+#define GDR_RETRY_DELAY		HZ
 
 static unsigned int max_pins = 4096;
 module_param(max_pins, uint, 0444);
@@ -64,25 +91,69 @@ module_param(max_pinned_bytes, ullong, 0644);
 MODULE_PARM_DESC(max_pinned_bytes,
 		 "Most bytes one open file may hold pinned, 0 = no limit (default 0)");
 
+static unsigned long long max_user_pins = 65536;
+module_param(max_user_pins, ullong, 0644);
+MODULE_PARM_DESC(max_user_pins,
+		 "Most pins one user (real uid) may hold over all files, 0 = no limit (default 65536); beyond: EDQUOT");
+
+static unsigned long long max_user_pinned_bytes = 1ULL << 42;
+module_param(max_user_pinned_bytes, ullong, 0644);
+MODULE_PARM_DESC(max_user_pinned_bytes,
+		 "Most bytes one user may hold pinned over all files, 0 = no limit (default 4 TiB); beyond: EDQUOT");
+
+static unsigned long long max_total_pins = 262144;
+module_param(max_total_pins, ullong, 0644);
+MODULE_PARM_DESC(max_total_pins,
+		 "Most pins all users together may hold, 0 = no limit (default 262144); beyond: ENOSPC");
+
+static unsigned long long max_total_pinned_bytes = 1ULL << 44;
+module_param(max_total_pinned_bytes, ullong, 0644);
+MODULE_PARM_DESC(max_total_pinned_bytes,
+		 "Most bytes all users together may hold pinned, 0 = no limit (default 16 TiB); beyond: ENOSPC");
+
 static unsigned int event_queue_len = 1024;
 module_param(event_queue_len, uint, 0444);
 MODULE_PARM_DESC(event_queue_len,
-		 "Revocation events queued per open file for read() before an overflow event (default 1024)");
+		 "Revocation events queued per open file for read() before an overflow event (2..65536, default 1024)");
+
+static unsigned int gdr_nr_orphans;
+module_param_named(orphans, gdr_nr_orphans, uint, 0444);
+MODULE_PARM_DESC(orphans,
+		 "Pins whose put_pages failed, kept until NVIDIA's callback or a retry gives them back (read-only)");
 
 enum gdr_region_state {
-	GDR_REGION_PINNED,	/* page table is live: callback or unpin may take it */
+	GDR_REGION_PINNED,	/* page table is live: callback or a claim may take it */
+	GDR_REGION_PUTTING,	/* claimed: put_pages is being called */
+	GDR_REGION_ORPHANED,	/* put_pages failed: on the orphan list */
 	GDR_REGION_REVOKED,	/* the free callback took it: nothing left to put */
-	GDR_REGION_UNPINNING,	/* unpin took it and puts it */
 };
+
+/* Pins and bytes of one user, over all files; also what orphans still hold. */
+struct gdr_user {
+	struct hlist_node node;		/* gdr_users */
+	kuid_t uid;
+	unsigned int refs;		/* open files and charged regions */
+	u64 pins;
+	u64 bytes;
+};
+
+static DEFINE_SPINLOCK(gdr_acct_lock);	/* gdr_users, every gdr_user, totals */
+static DEFINE_HASHTABLE(gdr_users, 6);
+static u64 gdr_total_pins;
+static u64 gdr_total_bytes;
 
 struct gdr_file;
 
 struct gdr_region {
-	struct gdr_file *gf;
-	spinlock_t lock;			/* state, pt */
+	refcount_t ref;				/* its owner's + GET_PAGES' */
+	spinlock_t lock;			/* state, pt, published */
 	enum gdr_region_state state;
 	struct nvidia_p2p_page_table *pt;
+	bool published;				/* in gf's table: the callback tells gf */
 	bool persistent;
+	struct gdr_file *gf;
+	struct gdr_user *user;			/* charged, once the slot is reserved */
+	struct list_head orphan_node;		/* gdr_orphans */
 	u64 handle;
 	u64 va;
 	u64 len;
@@ -91,24 +162,40 @@ struct gdr_region {
 	u64 *phys;				/* npages bus addresses, read at pin */
 };
 
-/* Marks a slot taken by a PIN that has not finished. */
+static DEFINE_MUTEX(gdr_orphans_lock);	/* gdr_orphans, gdr_nr_orphans */
+static LIST_HEAD(gdr_orphans);
+static void gdr_orphans_retry_fn(struct work_struct *work);
+static void gdr_orphans_reap_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(gdr_retry_work, gdr_orphans_retry_fn);
+static DECLARE_DELAYED_WORK(gdr_reap_work, gdr_orphans_reap_fn);
+
+/* Slot markers: taken by a PIN that has not finished; generations used up. */
 #define GDR_SLOT_RESERVED ((struct gdr_region *)1)
+#define GDR_SLOT_RETIRED  ((struct gdr_region *)2)
+
+/* Who may use a file: identity only, nothing dereferenced or referenced. */
+struct gdr_owner {
+	pid_t tgid;
+	u64 start_time;		/* of the group leader: a reused tgid has a later one */
+	u64 exec_id;		/* self_exec_id: bumped by every execve */
+};
 
 struct gdr_file {
-	/* Who may use this file: identity only, never dereferenced. */
-	pid_t owner_tgid;
-	const struct mm_struct *owner_mm;
+	struct gdr_owner owner;
+	struct gdr_user *user;
 
-	struct mutex lock;			/* regions, gens, nr_pins, pinned_bytes */
+	struct mutex lock;			/* dead, regions, gens, counts */
+	bool dead;				/* the owner closed it or died */
 	struct gdr_region **regions;		/* nslots entries */
 	u32 *gens;				/* last generation per slot */
 	u32 nslots;
+	u32 nr_usable;				/* slots not retired */
 	u32 nr_pins;
 	u32 next_slot;
 	u64 pinned_bytes;
 
 	spinlock_t ev_lock;			/* area stores, ev_* */
-	struct gdrcache_revoke_area *area;	/* vmalloc_user, mapped read-only */
+	struct gdrcache_revoke_area *area;	/* __vmalloc, mapped read-only */
 	size_t area_size;
 	struct gdrcache_event *evq;
 	u32 ev_cap;
@@ -118,9 +205,123 @@ struct gdr_file {
 	wait_queue_head_t ev_wait;
 };
 
-static bool gdr_is_owner(const struct gdr_file *gf)
+static void gdr_owner_current(struct gdr_owner *o)
 {
-	return current->tgid == gf->owner_tgid && current->mm == gf->owner_mm;
+	o->tgid = current->tgid;
+	o->start_time = current->group_leader->start_time;
+	o->exec_id = current->self_exec_id;
+}
+
+/* The owner's process, whatever it has exec'ed since. */
+static bool gdr_same_process(const struct gdr_file *gf)
+{
+	return current->tgid == gf->owner.tgid &&
+	       current->group_leader->start_time == gf->owner.start_time;
+}
+
+static bool gdr_may_use(const struct gdr_file *gf)
+{
+	return gdr_same_process(gf) &&
+	       current->self_exec_id == gf->owner.exec_id &&
+	       !READ_ONCE(gf->dead);
+}
+
+static struct gdr_user *gdr_user_get(kuid_t uid)
+{
+	struct gdr_user *u, *fresh;
+
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
+	if (!fresh)
+		return NULL;
+	spin_lock(&gdr_acct_lock);
+	hash_for_each_possible(gdr_users, u, node, __kuid_val(uid)) {
+		if (uid_eq(u->uid, uid)) {
+			u->refs++;
+			goto out_unlock;
+		}
+	}
+	u = fresh;
+	fresh = NULL;
+	u->uid = uid;
+	u->refs = 1;
+	hash_add(gdr_users, &u->node, __kuid_val(uid));
+out_unlock:
+	spin_unlock(&gdr_acct_lock);
+	kfree(fresh);
+	return u;
+}
+
+/* Caller holds gdr_acct_lock; returns u if the caller must free it. */
+static struct gdr_user *gdr_user_unref_locked(struct gdr_user *u)
+{
+	if (--u->refs)
+		return NULL;
+	hash_del(&u->node);
+	return u;
+}
+
+static void gdr_user_put(struct gdr_user *u)
+{
+	spin_lock(&gdr_acct_lock);
+	u = gdr_user_unref_locked(u);
+	spin_unlock(&gdr_acct_lock);
+	kfree(u);
+}
+
+/* Charge one pin of len bytes to u and to the totals, within the caps. */
+static int gdr_charge(struct gdr_user *u, u64 len)
+{
+	u64 upins = READ_ONCE(max_user_pins), ubytes = READ_ONCE(max_user_pinned_bytes);
+	u64 tpins = READ_ONCE(max_total_pins), tbytes = READ_ONCE(max_total_pinned_bytes);
+	const char *cap = NULL;
+	u64 ub, tb, limit = 0;
+	int ret = 0;
+
+	spin_lock(&gdr_acct_lock);
+	if (check_add_overflow(u->bytes, len, &ub))
+		ub = U64_MAX;
+	if (check_add_overflow(gdr_total_bytes, len, &tb))
+		tb = U64_MAX;
+	if (upins && u->pins >= upins) {
+		cap = "max_user_pins";
+		limit = upins;
+		ret = -EDQUOT;
+	} else if (ubytes && ub > ubytes) {
+		cap = "max_user_pinned_bytes";
+		limit = ubytes;
+		ret = -EDQUOT;
+	} else if (tpins && gdr_total_pins >= tpins) {
+		cap = "max_total_pins";
+		limit = tpins;
+		ret = -ENOSPC;
+	} else if (tbytes && tb > tbytes) {
+		cap = "max_total_pinned_bytes";
+		limit = tbytes;
+		ret = -ENOSPC;
+	} else {
+		u->refs++;
+		u->pins++;
+		u->bytes = ub;
+		gdr_total_pins++;
+		gdr_total_bytes = tb;
+	}
+	spin_unlock(&gdr_acct_lock);
+	if (cap)
+		pr_err_ratelimited("uid %u: pin of %llu bytes refused: %s=%llu reached\n",
+				   __kuid_val(u->uid), len, cap, limit);
+	return ret;
+}
+
+static void gdr_uncharge(struct gdr_user *u, u64 len)
+{
+	spin_lock(&gdr_acct_lock);
+	u->pins--;
+	u->bytes -= len;
+	gdr_total_pins--;
+	gdr_total_bytes -= len;
+	u = gdr_user_unref_locked(u);
+	spin_unlock(&gdr_acct_lock);
+	kfree(u);
 }
 
 /* Queue one event; caller holds ev_lock. On overflow keep one OVERFLOW event. */
@@ -144,7 +345,10 @@ static void gdr_event_push(struct gdr_file *gf, const struct gdr_region *r)
 	gf->ev_count++;
 }
 
-/* Make a revocation visible: slot store, then count (release), then event. */
+/*
+ * Make a revocation visible: slot store, then count (release), then event.
+ * Caller holds r->lock, and r is published in gf.
+ */
 static void gdr_publish_revoke(struct gdr_file *gf, const struct gdr_region *r)
 {
 	struct gdrcache_revoke_area *area = gf->area;
@@ -162,22 +366,40 @@ static void gdr_publish_revoke(struct gdr_file *gf, const struct gdr_region *r)
 /*
  * NVIDIA's free callback: the memory behind a callback-mode pin is going away.
  * Runs in the NVIDIA driver's context; takes only the region's lock (and the
- * event lock inside it), never sleeps, never calls put_pages, and leaves the
- * page table alone once it has handed it back.
+ * event lock inside it), never sleeps, never calls put_pages. It tells the
+ * file only about a region PIN has published; a region PIN is still making
+ * is published revoked by PIN itself. nvidia_p2p_free_page_table() is called
+ * after the lock is dropped: drivers that free the table there may sleep.
  */
 static void gdr_free_callback(void *data)
 {
 	struct gdr_region *r = data;
+	struct nvidia_p2p_page_table *pt;
+	bool reap = false;
 	unsigned long flags;
 
 	spin_lock_irqsave(&r->lock, flags);
-	/* In UNPINNING the region is already unlinked: nobody to tell. */
-	if (r->state == GDR_REGION_PINNED)
-		gdr_publish_revoke(r->gf, r);
+	pt = r->pt;
+	switch (r->state) {
+	case GDR_REGION_PINNED:
+		if (r->published)
+			gdr_publish_revoke(r->gf, r);
+		break;
+	case GDR_REGION_ORPHANED:
+		reap = true;
+		break;
+	case GDR_REGION_PUTTING:	/* its put_pages waits for us */
+	case GDR_REGION_REVOKED:
+		break;
+	}
 	r->state = GDR_REGION_REVOKED;
-	nvidia_p2p_free_page_table(r->pt);
 	r->pt = NULL;
 	spin_unlock_irqrestore(&r->lock, flags);
+	/* r may be freed from here on (unless it is an orphan). */
+	if (reap)
+		queue_delayed_work(system_wq, &gdr_reap_work, 0);
+	if (pt)
+		nvidia_p2p_free_page_table(pt);
 }
 
 /*
@@ -193,48 +415,154 @@ static struct nvidia_p2p_page_table *gdr_region_claim(struct gdr_region *r)
 
 	spin_lock_irqsave(&r->lock, flags);
 	if (r->state == GDR_REGION_PINNED) {
-		r->state = GDR_REGION_UNPINNING;
+		r->state = GDR_REGION_PUTTING;
 		pt = r->pt;
 	}
 	spin_unlock_irqrestore(&r->lock, flags);
 	return pt;
 }
 
-/* Give a claimed page table back to NVIDIA. No lock held. */
-static void gdr_region_put_pages(struct gdr_region *r,
+/*
+ * Give a claimed page table back to NVIDIA. No lock held but possibly
+ * gdr_orphans_lock. Returns true when r holds nothing any more (put, or taken
+ * by a racing callback); false when the put failed: r is then ORPHANED and
+ * its page table still live.
+ */
+static bool gdr_region_put_pages(struct gdr_region *r,
 				 struct nvidia_p2p_page_table *pt)
 {
 	unsigned long flags;
-	bool revoked;
+	bool done;
 	int ret;
 
-	if (!pt)
-		return;
 #if GDR_HAVE_PERSISTENT
-	if (r->persistent) {
+	if (r->persistent)
 		ret = nvidia_p2p_put_pages_persistent(r->va, pt, 0);
-		if (ret)
-			pr_err_ratelimited("put_pages_persistent va 0x%llx: %d\n",
-					   r->va, ret);
-		return;
-	}
+	else
 #endif
-	/* Blocks while a callback on pt runs; after it, none can start. */
-	ret = nvidia_p2p_put_pages(0, 0, r->va, pt);
+		/* Blocks while a callback on pt runs; after it, none can start. */
+		ret = nvidia_p2p_put_pages(0, 0, r->va, pt);
 	if (!ret)
-		return;
+		return true;
+	spin_lock_irqsave(&r->lock, flags);
+	/* A callback that raced with us took the page table: nothing to put. */
+	done = r->state == GDR_REGION_REVOKED;
+	if (!done)
+		r->state = GDR_REGION_ORPHANED;
+	spin_unlock_irqrestore(&r->lock, flags);
+	if (!done)
+		pr_err_ratelimited("%sput_pages va 0x%llx len 0x%llx: %d; kept until %s\n",
+				   r->persistent ? "persistent " : "", r->va, r->len, ret,
+				   r->persistent ? "a retry succeeds" :
+				   "the free callback or a retry");
+	return done;
+}
+
+static void gdr_region_put(struct gdr_region *r)
+{
+	if (refcount_dec_and_test(&r->ref)) {
+		kvfree(r->phys);
+		kfree(r);
+	}
+}
+
+/* r holds no page table any more: drop its charge and its owner's reference. */
+static void gdr_region_done(struct gdr_region *r)
+{
+	if (r->user)
+		gdr_uncharge(r->user, r->len);
+	gdr_region_put(r);
+}
+
+/* Put r on the orphan list (gdr_region_put_pages() failed on it). */
+static void gdr_region_orphan(struct gdr_region *r)
+{
+	unsigned long flags;
+	bool revoked;
+
+	mutex_lock(&gdr_orphans_lock);
 	spin_lock_irqsave(&r->lock, flags);
 	revoked = r->state == GDR_REGION_REVOKED;
 	spin_unlock_irqrestore(&r->lock, flags);
-	/* A callback that raced with us took the page table: expected. */
-	if (!revoked)
-		pr_err_ratelimited("put_pages va 0x%llx: %d\n", r->va, ret);
+	if (!revoked) {
+		list_add_tail(&r->orphan_node, &gdr_orphans);
+		gdr_nr_orphans++;
+		/* No unload while NVIDIA may still call gdr_free_callback(r). */
+		__module_get(THIS_MODULE);
+	}
+	mutex_unlock(&gdr_orphans_lock);
+	if (revoked)
+		gdr_region_done(r);
+	else
+		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
 }
 
-static void gdr_region_free(struct gdr_region *r)
+/* r is in no file's table: give back its page table pt (or orphan r). */
+static void gdr_region_give_back(struct gdr_region *r,
+				 struct nvidia_p2p_page_table *pt)
 {
-	kvfree(r->phys);
-	kfree(r);
+	if (pt && !gdr_region_put_pages(r, pt)) {
+		gdr_region_orphan(r);
+		return;
+	}
+	gdr_region_done(r);
+}
+
+/*
+ * Finish the orphans that a callback revoked and, if retry, put the others
+ * again. Returns true while orphans remain.
+ */
+static bool gdr_orphans_scan(bool retry)
+{
+	struct nvidia_p2p_page_table *pt;
+	struct gdr_region *r, *tmp;
+	LIST_HEAD(done);
+	unsigned long flags;
+	bool left, finished;
+
+	mutex_lock(&gdr_orphans_lock);
+	list_for_each_entry_safe(r, tmp, &gdr_orphans, orphan_node) {
+		pt = NULL;
+		spin_lock_irqsave(&r->lock, flags);
+		finished = r->state == GDR_REGION_REVOKED;
+		if (!finished && retry) {
+			r->state = GDR_REGION_PUTTING;
+			pt = r->pt;
+		}
+		spin_unlock_irqrestore(&r->lock, flags);
+		if (pt)
+			finished = gdr_region_put_pages(r, pt);
+		if (finished) {
+			list_move_tail(&r->orphan_node, &done);
+			gdr_nr_orphans--;
+		}
+	}
+	left = !list_empty(&gdr_orphans);
+	mutex_unlock(&gdr_orphans_lock);
+
+	list_for_each_entry_safe(r, tmp, &done, orphan_node) {
+		list_del(&r->orphan_node);
+		gdr_region_done(r);
+		/* gdr_exit() cancels this work synchronously: safe to return. */
+		module_put(THIS_MODULE);
+	}
+	return left;
+}
+
+static void gdr_orphans_retry_fn(struct work_struct *work)
+{
+	if (gdr_orphans_scan(true))
+		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
+}
+
+static void gdr_orphans_reap_fn(struct work_struct *work)
+{
+	gdr_orphans_scan(false);
+}
+
+static bool gdr_slot_live(const struct gdr_region *r)
+{
+	return r && r != GDR_SLOT_RESERVED && r != GDR_SLOT_RETIRED;
 }
 
 /* Caller holds gf->lock. Returns the published region of handle, or NULL. */
@@ -246,20 +574,24 @@ static struct gdr_region *gdr_lookup(struct gdr_file *gf, u64 handle)
 	if (slot >= gf->nslots)
 		return NULL;
 	r = gf->regions[slot];
-	if (!r || r == GDR_SLOT_RESERVED || r->handle != handle)
+	if (!gdr_slot_live(r) || r->handle != handle)
 		return NULL;
 	return r;
 }
 
-/* Take a slot and a handle for r, within the file's limits. */
+/* Take a slot and a handle for r, within the file's, user's and global caps. */
 static int gdr_slot_reserve(struct gdr_file *gf, struct gdr_region *r)
 {
 	u64 limit = READ_ONCE(max_pinned_bytes);
-	u32 i, slot;
-	int ret = -ENOSPC;
+	u32 i, slot = 0;
+	int ret;
 
 	mutex_lock(&gf->lock);
-	if (gf->nr_pins >= gf->nslots)
+	ret = -EACCES;
+	if (gf->dead)
+		goto out_unlock;
+	ret = -ENOSPC;
+	if (gf->nr_pins >= gf->nr_usable)
 		goto out_unlock;
 	if (limit && (gf->pinned_bytes + r->len < gf->pinned_bytes ||
 		      gf->pinned_bytes + r->len > limit))
@@ -269,54 +601,62 @@ static int gdr_slot_reserve(struct gdr_file *gf, struct gdr_region *r)
 		if (!gf->regions[slot])
 			break;
 	}
-	if (WARN_ON_ONCE(i == gf->nslots))
+	if (i == gf->nslots)
 		goto out_unlock;
+	ret = gdr_charge(gf->user, r->len);
+	if (ret)
+		goto out_unlock;
+	r->user = gf->user;
 	gf->next_slot = (slot + 1) % gf->nslots;
-	if (++gf->gens[slot] == 0)
-		gf->gens[slot] = 1;
+	/* Generations run 1..U32_MAX; a slot that used them all is retired. */
+	gf->gens[slot]++;
 	r->handle = ((u64)gf->gens[slot] << 32) | slot;
 	gf->regions[slot] = GDR_SLOT_RESERVED;
 	gf->nr_pins++;
 	gf->pinned_bytes += r->len;
-	ret = 0;
 out_unlock:
 	mutex_unlock(&gf->lock);
 	return ret;
 }
 
-/* Undo gdr_slot_reserve(), or unlink a published region. */
+/* Caller holds gf->lock. Undo gdr_slot_reserve(), or unlink a region. */
 static void gdr_slot_release(struct gdr_file *gf, struct gdr_region *r)
 {
-	gf->regions[GDRCACHE_HANDLE_SLOT(r->handle)] = NULL;
+	u32 slot = GDRCACHE_HANDLE_SLOT(r->handle);
+
+	if (gf->gens[slot] == U32_MAX) {
+		gf->regions[slot] = GDR_SLOT_RETIRED;
+		gf->nr_usable--;
+	} else {
+		gf->regions[slot] = NULL;
+	}
 	gf->nr_pins--;
 	gf->pinned_bytes -= r->len;
 }
 
+/*
+ * Only what NVIDIA's header promises: major 1 (a major bump is a breaking
+ * change), minor 2 or later (the first with gpu_uuid).
+ */
 static bool gdr_page_table_ok(const struct nvidia_p2p_page_table *pt)
 {
-	switch (NVIDIA_P2P_MAJOR_VERSION(pt->version)) {
-	case 1:
-		/* 1.x before NVIDIA_P2P_PAGE_TABLE_VERSION lacks gpu_uuid. */
-		return NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(pt);
-	case 2:
-		/* Same leading fields as 1.2, per NVIDIA's versioning rules. */
-		return true;
-	default:
-		return false;
-	}
+	return NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(pt);
 }
 
 /*
- * Check a freshly pinned page table and copy what we need out of it, under the
- * region lock so that a callback cannot hand it back meanwhile.
- * Returns 0, -EIO (revoked already, or a page table we do not understand).
+ * Check a freshly pinned page table, then copy what we need out of it, a chunk
+ * at a time under the region lock (so that a callback cannot hand it back
+ * meanwhile). The page array is sized from the table. A callback that came
+ * first leaves r revoked: PIN still succeeds and publishes the revocation.
+ * Returns 0, -EIO (a page table we do not understand) or -ENOMEM.
  */
 static int gdr_region_read_page_table(struct gdr_region *r)
 {
 	struct nvidia_p2p_page_table *pt;
 	unsigned long flags;
-	int ret = -EIO;
-	u32 i;
+	u64 *phys = NULL;
+	u32 i = 0, end;
+	int ret = 0;
 
 	spin_lock_irqsave(&r->lock, flags);
 	if (r->state != GDR_REGION_PINNED)
@@ -325,22 +665,45 @@ static int gdr_region_read_page_table(struct gdr_region *r)
 	if (!gdr_page_table_ok(pt)) {
 		pr_err_ratelimited("page table version 0x%08x not supported\n",
 				   pt->version);
-		goto out_unlock;
-	}
-	if (pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
-	    pt->entries != r->npages) {
+		ret = -EIO;
+	} else if (pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
+		   pt->entries != r->npages) {
 		pr_err_ratelimited("page table: page size %u, %u entries for %u pages\n",
 				   pt->page_size, pt->entries, r->npages);
-		goto out_unlock;
+		ret = -EIO;
 	}
-	for (i = 0; i < r->npages; i++)
-		r->phys[i] = pt->pages[i]->physical_address;
-	if (pt->gpu_uuid)
-		memcpy(r->gpu_uuid, pt->gpu_uuid, sizeof(r->gpu_uuid));
-	ret = 0;
+	spin_unlock_irqrestore(&r->lock, flags);
+	if (ret)
+		return ret;
+
+	phys = kvmalloc_array(r->npages, sizeof(*phys),
+			      GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!phys)
+		return -ENOMEM;
+	while (i < r->npages) {
+		spin_lock_irqsave(&r->lock, flags);
+		if (r->state != GDR_REGION_PINNED)
+			goto out_unlock;
+		pt = r->pt;
+		end = min(r->npages, i + GDR_COPY_CHUNK);
+		for (; i < end; i++)
+			phys[i] = pt->pages[i]->physical_address;
+		if (i == r->npages) {
+			if (pt->gpu_uuid)
+				memcpy(r->gpu_uuid, pt->gpu_uuid,
+				       sizeof(r->gpu_uuid));
+			r->phys = phys;
+			phys = NULL;
+		}
+		spin_unlock_irqrestore(&r->lock, flags);
+		cond_resched();
+	}
+	return 0;
+
 out_unlock:
 	spin_unlock_irqrestore(&r->lock, flags);
-	return ret;
+	kvfree(phys);
+	return 0;
 }
 
 static int gdr_get_pages(struct gdr_region *r)
@@ -364,6 +727,30 @@ static int gdr_get_pages(struct gdr_region *r)
 	return ret;
 }
 
+/*
+ * Put a finished region into the file's table. A revocation that came while
+ * PIN was running is published now, after the handle exists. r is not
+ * touched once gf->lock is dropped: another thread may unpin it at once.
+ */
+static int gdr_region_publish(struct gdr_file *gf, struct gdr_region *r)
+{
+	unsigned long flags;
+
+	mutex_lock(&gf->lock);
+	if (gf->dead) {
+		mutex_unlock(&gf->lock);
+		return -EACCES;
+	}
+	gf->regions[GDRCACHE_HANDLE_SLOT(r->handle)] = r;
+	spin_lock_irqsave(&r->lock, flags);
+	r->published = true;
+	if (r->state == GDR_REGION_REVOKED)
+		gdr_publish_revoke(gf, r);
+	spin_unlock_irqrestore(&r->lock, flags);
+	mutex_unlock(&gf->lock);
+	return 0;
+}
+
 static long gdr_unpin_handle(struct gdr_file *gf, u64 handle)
 {
 	struct nvidia_p2p_page_table *pt;
@@ -379,8 +766,7 @@ static long gdr_unpin_handle(struct gdr_file *gf, u64 handle)
 	gdr_slot_release(gf, r);
 	mutex_unlock(&gf->lock);
 
-	gdr_region_put_pages(r, pt);
-	gdr_region_free(r);
+	gdr_region_give_back(r, pt);
 	return 0;
 }
 
@@ -407,9 +793,9 @@ static long gdr_ioctl_get_version(struct gdr_file *gf, void __user *uarg)
 
 static long gdr_ioctl_pin(struct gdr_file *gf, void __user *uarg)
 {
+	struct nvidia_p2p_page_table *pt;
 	struct gdrcache_pin p;
 	struct gdr_region *r;
-	u64 npages;
 	int ret;
 
 	if (copy_from_user(&p, uarg, sizeof(p)))
@@ -417,30 +803,26 @@ static long gdr_ioctl_pin(struct gdr_file *gf, void __user *uarg)
 	if ((p.flags & ~GDRCACHE_PIN_FLAGS_ALL) || p.reserved0 ||
 	    memchr_inv(p.reserved, 0, sizeof(p.reserved)))
 		return -EINVAL;
+	/* Bounded before anything is allocated. */
 	if (!p.len || !IS_ALIGNED(p.va, GDRCACHE_PAGE_SIZE) ||
-	    !IS_ALIGNED(p.len, GDRCACHE_PAGE_SIZE) || p.va + p.len < p.va)
-		return -EINVAL;
-	npages = p.len >> GDRCACHE_PAGE_SHIFT;
-	if (npages > U32_MAX)
+	    !IS_ALIGNED(p.len, GDRCACHE_PAGE_SIZE) || p.va + p.len < p.va ||
+	    p.len > GDR_MAX_PIN_LEN)
 		return -EINVAL;
 	if ((p.flags & GDRCACHE_PIN_PERSISTENT) && !GDR_HAVE_PERSISTENT)
 		return -EOPNOTSUPP;
 
-	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
 	if (!r)
 		return -ENOMEM;
+	refcount_set(&r->ref, 1);
 	spin_lock_init(&r->lock);
+	INIT_LIST_HEAD(&r->orphan_node);
 	r->state = GDR_REGION_PINNED;
 	r->gf = gf;
 	r->va = p.va;
 	r->len = p.len;
-	r->npages = npages;
+	r->npages = p.len >> GDRCACHE_PAGE_SHIFT;
 	r->persistent = p.flags & GDRCACHE_PIN_PERSISTENT;
-	r->phys = kvmalloc_array(npages, sizeof(*r->phys), GFP_KERNEL);
-	if (!r->phys) {
-		ret = -ENOMEM;
-		goto free_region;
-	}
 
 	ret = gdr_slot_reserve(gf, r);
 	if (ret)
@@ -451,32 +833,40 @@ static long gdr_ioctl_pin(struct gdr_file *gf, void __user *uarg)
 		goto release_slot;
 
 	ret = gdr_region_read_page_table(r);
-	if (ret) {
-		/* Revoked already, or not a page table we understand. */
-		gdr_region_put_pages(r, gdr_region_claim(r));
-		goto release_slot;
-	}
+	if (ret)
+		goto put_pages;
 
-	mutex_lock(&gf->lock);
-	gf->regions[GDRCACHE_HANDLE_SLOT(r->handle)] = r;
-	mutex_unlock(&gf->lock);
-
+	/* Everything PIN returns is read before r is published. */
 	p.page_size = GDRCACHE_PAGE_SIZE;
 	p.handle = r->handle;
 	p.page_count = r->npages;
 	memcpy(p.gpu_uuid, r->gpu_uuid, sizeof(p.gpu_uuid));
 	if (copy_to_user(uarg, &p, sizeof(p))) {
-		gdr_unpin_handle(gf, p.handle);
-		return -EFAULT;
+		ret = -EFAULT;
+		goto put_pages;
 	}
+	ret = gdr_region_publish(gf, r);
+	if (ret)
+		goto put_pages;
 	return 0;
+
+put_pages:
+	pt = gdr_region_claim(r);
+	mutex_lock(&gf->lock);
+	gdr_slot_release(gf, r);
+	mutex_unlock(&gf->lock);
+	gdr_region_give_back(r, pt);
+	return ret;
 
 release_slot:
 	mutex_lock(&gf->lock);
 	gdr_slot_release(gf, r);
 	mutex_unlock(&gf->lock);
+	gdr_region_done(r);
+	return ret;
+
 free_region:
-	gdr_region_free(r);
+	gdr_region_put(r);
 	return ret;
 }
 
@@ -491,6 +881,7 @@ static long gdr_ioctl_unpin(struct gdr_file *gf, void __user *uarg)
 	return gdr_unpin_handle(gf, u.handle);
 }
 
+/* The page array is copied out without gf->lock: a reference keeps it. */
 static long gdr_ioctl_get_pages(struct gdr_file *gf, void __user *uarg)
 {
 	struct gdrcache_get_pages g;
@@ -507,25 +898,26 @@ static long gdr_ioctl_get_pages(struct gdr_file *gf, void __user *uarg)
 	mutex_lock(&gf->lock);
 	r = gdr_lookup(gf, g.handle);
 	if (!r) {
-		ret = -ENOENT;
-		goto out_unlock;
+		mutex_unlock(&gf->lock);
+		return -ENOENT;
 	}
 	spin_lock_irqsave(&r->lock, flags);
 	if (r->state == GDR_REGION_REVOKED)
 		ret = -EIO;
 	spin_unlock_irqrestore(&r->lock, flags);
+	if (!ret)
+		refcount_inc(&r->ref);
+	mutex_unlock(&gf->lock);
 	if (ret)
-		goto out_unlock;
+		return ret;
+
 	n = min(g.max_pages, r->npages);
 	if (n && copy_to_user(u64_to_user_ptr(g.pages_ptr), r->phys,
-			      (size_t)n * sizeof(*r->phys))) {
+			      (size_t)n * sizeof(*r->phys)))
 		ret = -EFAULT;
-		goto out_unlock;
-	}
 	g.page_count = r->npages;
 	g.page_size = GDRCACHE_PAGE_SIZE;
-out_unlock:
-	mutex_unlock(&gf->lock);
+	gdr_region_put(r);
 	if (!ret && copy_to_user(uarg, &g, sizeof(g)))
 		ret = -EFAULT;
 	return ret;
@@ -536,7 +928,7 @@ static long gdr_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	struct gdr_file *gf = filp->private_data;
 	void __user *uarg = (void __user *)arg;
 
-	if (!gdr_is_owner(gf))
+	if (!gdr_may_use(gf))
 		return -EACCES;
 
 	switch (cmd) {
@@ -561,7 +953,7 @@ static ssize_t gdr_read(struct file *filp, char __user *buf, size_t count,
 	size_t n, i;
 	int ret;
 
-	if (!gdr_is_owner(gf))
+	if (!gdr_may_use(gf))
 		return -EACCES;
 	if (count < sizeof(batch[0]))
 		return -EINVAL;
@@ -572,9 +964,12 @@ static ssize_t gdr_read(struct file *filp, char __user *buf, size_t count,
 		if (filp->f_flags & O_NONBLOCK)
 			return -EAGAIN;
 		ret = wait_event_interruptible(gf->ev_wait,
-					       READ_ONCE(gf->ev_count));
+					       READ_ONCE(gf->ev_count) ||
+					       READ_ONCE(gf->dead));
 		if (ret)
 			return ret;
+		if (READ_ONCE(gf->dead))
+			return -EACCES;
 		spin_lock_irq(&gf->ev_lock);
 	}
 	n = min3(count / sizeof(batch[0]), (size_t)gf->ev_count,
@@ -598,59 +993,84 @@ static __poll_t gdr_poll(struct file *filp, struct poll_table_struct *wait)
 {
 	struct gdr_file *gf = filp->private_data;
 
-	if (!gdr_is_owner(gf))
+	if (!gdr_may_use(gf))
 		return EPOLLERR;
 	poll_wait(filp, &gf->ev_wait, wait);
+	if (READ_ONCE(gf->dead))
+		return EPOLLERR;
 	return READ_ONCE(gf->ev_count) ? EPOLLIN | EPOLLRDNORM : 0;
 }
 
+static void gdr_vma_set_flags(struct vm_area_struct *vma, vm_flags_t set,
+			      vm_flags_t clear)
+{
+#ifdef GDR_HAVE_VM_FLAGS_CLEAR
+	vm_flags_mod(vma, set, clear);
+#else
+	vma->vm_flags = (vma->vm_flags | set) & ~clear;
+#endif
+}
+
+/*
+ * The revocation area, read-only. Not inherited by fork() (VM_DONTCOPY): a
+ * child has no business reading its parent's revocations.
+ */
 static int gdr_mmap(struct file *filp, struct vm_area_struct *vma)
 {
 	struct gdr_file *gf = filp->private_data;
+	unsigned long off, size = vma->vm_end - vma->vm_start;
+	int ret;
 
-	if (!gdr_is_owner(gf))
+	if (!gdr_may_use(gf))
 		return -EACCES;
-	if (vma->vm_pgoff || vma->vm_end - vma->vm_start > gf->area_size)
+	if (vma->vm_pgoff || size > gf->area_size)
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
 		return -EPERM;
-#ifdef GDR_HAVE_VM_FLAGS_CLEAR
-	vm_flags_clear(vma, VM_MAYWRITE);
-#else
-	vma->vm_flags &= ~VM_MAYWRITE;
-#endif
-	return remap_vmalloc_range(vma, gf->area, 0);
+	gdr_vma_set_flags(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+			  VM_MAYWRITE);
+	for (off = 0; off < size; off += PAGE_SIZE) {
+		ret = vm_insert_page(vma, vma->vm_start + off,
+				     vmalloc_to_page((u8 *)gf->area + off));
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static int gdr_open(struct inode *inode, struct file *filp)
 {
 	u32 nslots = clamp(max_pins, 1U, GDR_MAX_PINS_LIMIT);
-	u32 ev_cap = clamp(event_queue_len, 2U, GDR_MAX_PINS_LIMIT);
+	u32 ev_cap = clamp(event_queue_len, 2U, GDR_MAX_EVENTS_LIMIT);
 	struct gdr_file *gf;
 	int ret = -ENOMEM;
 
-	gf = kzalloc(sizeof(*gf), GFP_KERNEL);
+	/* Everything per file is charged to the opener's memory cgroup. */
+	gf = kzalloc(sizeof(*gf), GFP_KERNEL_ACCOUNT);
 	if (!gf)
 		return -ENOMEM;
-	gf->owner_tgid = current->tgid;
-	gf->owner_mm = current->mm;
+	gdr_owner_current(&gf->owner);
 	mutex_init(&gf->lock);
 	spin_lock_init(&gf->ev_lock);
 	init_waitqueue_head(&gf->ev_wait);
 	gf->nslots = nslots;
+	gf->nr_usable = nslots;
 	gf->ev_cap = ev_cap;
 
-	gf->regions = kvcalloc(nslots, sizeof(*gf->regions), GFP_KERNEL);
-	if (!gf->regions)
+	gf->user = gdr_user_get(current_uid());
+	if (!gf->user)
 		goto free_file;
-	gf->gens = kvcalloc(nslots, sizeof(*gf->gens), GFP_KERNEL);
+	gf->regions = kvcalloc(nslots, sizeof(*gf->regions), GFP_KERNEL_ACCOUNT);
+	if (!gf->regions)
+		goto put_user;
+	gf->gens = kvcalloc(nslots, sizeof(*gf->gens), GFP_KERNEL_ACCOUNT);
 	if (!gf->gens)
 		goto free_regions;
-	gf->evq = kvcalloc(ev_cap, sizeof(*gf->evq), GFP_KERNEL);
+	gf->evq = kvcalloc(ev_cap, sizeof(*gf->evq), GFP_KERNEL_ACCOUNT);
 	if (!gf->evq)
 		goto free_gens;
 	gf->area_size = PAGE_ALIGN(struct_size(gf->area, slot, nslots));
-	gf->area = vmalloc_user(gf->area_size);
+	gf->area = __vmalloc(gf->area_size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 	if (!gf->area)
 		goto free_evq;
 	gf->area->nslots = nslots;
@@ -664,38 +1084,66 @@ free_gens:
 	kvfree(gf->gens);
 free_regions:
 	kvfree(gf->regions);
+put_user:
+	gdr_user_put(gf->user);
 free_file:
 	kfree(gf);
 	return ret;
 }
 
-/* Last close (the owner exiting included): give back every pin. */
-static int gdr_release(struct inode *inode, struct file *filp)
+/* The owner closed the file or died: give back every pin, refuse all calls. */
+static void gdr_file_end(struct gdr_file *gf)
 {
-	struct gdr_file *gf = filp->private_data;
-	struct nvidia_p2p_page_table *pt = NULL;
+	struct nvidia_p2p_page_table *pt;
 	struct gdr_region *r;
 	u32 slot;
 
+	mutex_lock(&gf->lock);
+	WRITE_ONCE(gf->dead, true);
+	mutex_unlock(&gf->lock);
+	wake_up_interruptible(&gf->ev_wait);
+
 	for (slot = 0; slot < gf->nslots; slot++) {
+		pt = NULL;
 		mutex_lock(&gf->lock);
 		r = gf->regions[slot];
-		if (r && r != GDR_SLOT_RESERVED) {
+		if (gdr_slot_live(r)) {
 			pt = gdr_region_claim(r);
 			gdr_slot_release(gf, r);
 		} else {
 			r = NULL;
 		}
 		mutex_unlock(&gf->lock);
-		if (!r)
-			continue;
-		gdr_region_put_pages(r, pt);
-		gdr_region_free(r);
+		if (r)
+			gdr_region_give_back(r, pt);
 	}
+}
+
+/*
+ * Every close() of a descriptor. The owner's (its exit included) ends the
+ * file, whoever else still holds it. A PIN in flight in another thread sees
+ * the file dead when it publishes and gives its pin back.
+ */
+static int gdr_flush(struct file *filp, fl_owner_t id)
+{
+	struct gdr_file *gf = filp->private_data;
+
+	if (!READ_ONCE(gf->dead) && gdr_same_process(gf))
+		gdr_file_end(gf);
+	return 0;
+}
+
+/* Last reference (the last descriptor, mapping or in-flight SCM_RIGHTS). */
+static int gdr_release(struct inode *inode, struct file *filp)
+{
+	struct gdr_file *gf = filp->private_data;
+
+	gdr_file_end(gf);
 	vfree(gf->area);
 	kvfree(gf->evq);
 	kvfree(gf->gens);
 	kvfree(gf->regions);
+	gdr_user_put(gf->user);
 	kfree(gf);
 	return 0;
 }
@@ -703,6 +1151,7 @@ static int gdr_release(struct inode *inode, struct file *filp)
 static const struct file_operations gdr_fops = {
 	.owner		= THIS_MODULE,
 	.open		= gdr_open,
+	.flush		= gdr_flush,
 	.release	= gdr_release,
 	.unlocked_ioctl	= gdr_ioctl,
 	.compat_ioctl	= compat_ptr_ioctl,
@@ -711,11 +1160,12 @@ static const struct file_operations gdr_fops = {
 	.mmap		= gdr_mmap,
 };
 
+/* 0660: the group comes from the udev rule (60-gdrcache.rules). */
 static struct miscdevice gdr_misc = {
 	.minor	= MISC_DYNAMIC_MINOR,
 	.name	= GDRCACHE_DEVICE_NAME,
 	.fops	= &gdr_fops,
-	.mode	= 0666,
+	.mode	= 0660,
 };
 
 static int __init gdr_init(void)
@@ -732,9 +1182,12 @@ static int __init gdr_init(void)
 	return 0;
 }
 
+/* No file is open and no orphan is left: each holds a module reference. */
 static void __exit gdr_exit(void)
 {
 	misc_deregister(&gdr_misc);
+	cancel_delayed_work_sync(&gdr_retry_work);
+	cancel_delayed_work_sync(&gdr_reap_work);
 }
 
 module_init(gdr_init);

@@ -12,7 +12,12 @@
 
 #include <linux/types.h>
 
-/* A version is major in the upper 16 bits, minor in the lower 16 bits. */
+/*
+ * A version is major in the upper 16 bits, minor in the lower 16 bits. NVIDIA's
+ * header: a minor bump is a backwards-compatible layout change, a major bump a
+ * breaking one ("require at least recompilation"), so a client accepts its own
+ * major with a minor at least its own, nothing else.
+ */
 #define NVIDIA_P2P_MAJOR_VERSION_MASK	0xffff0000
 #define NVIDIA_P2P_MINOR_VERSION_MASK	0x0000ffff
 #define NVIDIA_P2P_MAJOR_VERSION(v)	(((v) & NVIDIA_P2P_MAJOR_VERSION_MASK) >> 16)
@@ -49,7 +54,7 @@ typedef struct nvidia_p2p_page {
 	} registers;
 } nvidia_p2p_page_t;
 
-/* 1.2 is the first page table with gpu_uuid. */
+/* 1.2 is the first page table with gpu_uuid, and what current drivers emit. */
 #define NVIDIA_P2P_PAGE_TABLE_VERSION	0x00010002
 #define NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(p) \
 	NVIDIA_P2P_VERSION_COMPATIBLE(p, NVIDIA_P2P_PAGE_TABLE_VERSION)
@@ -93,7 +98,12 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space,
 			 struct nvidia_p2p_page_table **page_table,
 			 void (*free_callback)(void *data), void *data);
 
-/* Release a callback-mode pin; blocks while its free callback is running. */
+/*
+ * Release a callback-mode pin; blocks while its free callback is running. The
+ * open driver returns 0 for a page table its callback already took, and
+ * -ENOMEM, having done nothing, when it cannot allocate its stack: the page
+ * table then stays live and its callback armed.
+ */
 int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 			 uint64_t virtual_address,
 			 struct nvidia_p2p_page_table *page_table);
@@ -103,12 +113,16 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 				    struct nvidia_p2p_page_table **page_table,
 				    uint32_t flags);
 
-/* flags must be 0. */
+/* flags must be 0. Fails like put_pages (-ENOMEM: nothing released). */
 int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 				    struct nvidia_p2p_page_table *page_table,
 				    uint32_t flags);
 
-/* Called from the free callback only. */
+/*
+ * Called from the free callback only. A no-op in current drivers (the driver
+ * frees the table after the callback returns); older ones freed it here, which
+ * may sleep: call it with no spinlock held and interrupts on.
+ */
 int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table);
 
 int nvidia_p2p_dma_map_pages(struct pci_dev *peer,

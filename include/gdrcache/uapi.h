@@ -8,8 +8,12 @@
  *  - unknown flag bits and non-zero reserved fields are rejected with -EINVAL, so the ABI can grow;
  *  - user space calls GDRCACHE_IOCTL_GET_VERSION first and refuses a module whose major differs.
  *
- * One open file belongs to the process that opened it (another process gets -EACCES). Closing the
- * file, or the process dying, releases every pin the file holds, persistent ones included.
+ * One open file belongs to the process image that opened it: another process, or the same process
+ * after an execve, gets -EACCES. The owner's close() of any descriptor of the file (a dup()'ed one
+ * too), or the owner's exit, releases every pin the file holds, persistent ones included, however
+ * many other references remain (a forked child's descriptor, one passed over SCM_RIGHTS, a mapping):
+ * from then on every call on the file fails with -EACCES. The revocation area is not inherited by
+ * fork().
  *
  * Invalidation channel (callback-mode pins only; persistent pins are never revoked):
  *  - mmap(NULL, version.revoke_area_size, PROT_READ, MAP_SHARED, fd, 0) maps a read-only
@@ -28,7 +32,8 @@
 #include <linux/types.h>
 
 #define GDRCACHE_UAPI_VERSION_MAJOR 1
-#define GDRCACHE_UAPI_VERSION_MINOR 0
+/* Minor 1: the ownership rules above; PIN may return a handle that is already revoked. */
+#define GDRCACHE_UAPI_VERSION_MINOR 1
 
 #define GDRCACHE_DEVICE_NAME "gdrcache"          /* /dev/gdrcache */
 #define GDRCACHE_PAGE_SHIFT  16                  /* pins are made of 64 KiB GPU pages */
@@ -50,7 +55,10 @@ struct gdrcache_version {
 #define GDRCACHE_FEAT_PERSISTENT (1U << 0) /* nvidia_p2p_get_pages_persistent is available */
 #define GDRCACHE_FEAT_EVENTS     (1U << 1) /* revocation area and read()/poll() events */
 
-/* GDRCACHE_IOCTL_PIN: va and len must be multiples of 64 KiB, len > 0, va + len must not wrap. */
+/* GDRCACHE_IOCTL_PIN: va and len must be multiples of 64 KiB, 0 < len <= 1 TiB, va + len must not
+ * wrap. If the memory is freed while PIN runs, PIN still succeeds and the handle it returns is
+ * already revoked (area slot and event published, GET_PAGES -EIO). Caps: -ENOSPC when the file is
+ * full or a global cap is reached, -EDQUOT when a per-user cap is (kmod/README.md). */
 struct gdrcache_pin {
 	__u64 va;                /* in */
 	__u64 len;               /* in */

@@ -193,6 +193,18 @@ int main(void)
 		 "handle 0x%llx, %u pages of %u bytes", (unsigned long long)pin.handle,
 		 pin.page_count, pin.page_size);
 	kt_check(!memcmp(pin.gpu_uuid, "nvp2p_sim-GPU-0", 16), "GPU UUID from the page table");
+	{
+		FILE *f = fopen("/sys/module/nvp2p_sim/parameters/page_table_version", "r");
+		unsigned int ver = 0;
+
+		if (f) {
+			if (fscanf(f, "%u", &ver) != 1)
+				ver = 0;
+			fclose(f);
+		}
+		kt_check(ver == 0x00010002, "the simulator hands out page table 1.2, as drivers do "
+			 "(0x%08x)", ver);
+	}
 
 	/* GET_PAGES. */
 	memset(pages, 0, sizeof(pages));
@@ -398,23 +410,33 @@ int main(void)
 		kt_skip("nvp2p_sim enotsupp parameter not writable");
 	}
 
-	/* Page table versions: 1.2 and 2.x accepted, 1.1 and 3.0 refused (and put back). */
+	/*
+	 * Page table versions: what NVIDIA's header promises, major 1 with minor >= 2 (1.2 is what
+	 * drivers emit); 1.1 lacks gpu_uuid, and a new major is a breaking change: refused (and put
+	 * back).
+	 */
 	if (kt_set_param("nvp2p_sim", "page_table_version", "0x00010002") == 0) {
 		stats(&s0);
 		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
 			  "PIN, page table version 1.2: accepted");
 		kt_gdr_unpin(fd, pin.handle);
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00010003");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
+			  "PIN, page table version 1.3: accepted");
+		kt_gdr_unpin(fd, pin.handle);
 		kt_set_param("nvp2p_sim", "page_table_version", "0x00010001");
 		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -EIO,
 			  "PIN, page table version 1.1: EIO");
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00020000");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, NULL), -EIO,
+			  "PIN, page table version 2.0: EIO");
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00020002");
+		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
+			  -EIO, "PIN persistent, page table version 2.2: EIO");
 		kt_set_param("nvp2p_sim", "page_table_version", "0x00030000");
 		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
 			  -EIO, "PIN persistent, page table version 3.0: EIO");
-		kt_set_param("nvp2p_sim", "page_table_version", "0x00020001");
-		kt_expect(kt_gdr_pin(fd, (uintptr_t)bufA, KT_GPU_PAGE, 0, &pin), 0,
-			  "PIN, page table version 2.1: accepted");
-		kt_gdr_unpin(fd, pin.handle);
-		kt_set_param("nvp2p_sim", "page_table_version", "0x00020000");
+		kt_set_param("nvp2p_sim", "page_table_version", "0x00010002");
 		stats(&s);
 		kt_check(s.outstanding_pins == s0.outstanding_pins &&
 			 s.outstanding_persistent == s0.outstanding_persistent,

@@ -15,7 +15,8 @@
  *    soft-RoCE can register the same VA.
  *  - get_pages serves 64 KiB-aligned ranges inside one live allocation of the
  *    calling process (p2p_token and va_space 0 = the caller's VA space) as a
- *    page table of version page_table_version (default 2.0), 64 KiB pages:
+ *    page table of version page_table_version (default 1.2, what NVIDIA's
+ *    drivers emit: NVIDIA_P2P_PAGE_TABLE_VERSION), 64 KiB pages:
  *    one entry per 64 KiB whose physical address is that of its first CPU
  *    page. Real GPU pages are physically contiguous 64 KiB BAR pages; these
  *    are not, so nothing may DMA through them beyond the first CPU page.
@@ -25,17 +26,25 @@
  *    call nvidia_p2p_free_page_table() (else WARNING); afterwards the page
  *    table's entries are freed and its fields poisoned, so a client that
  *    still reads it faults.
+ *  - nvidia_p2p_free_page_table() must be called from the callback, and in a
+ *    context that may sleep: older drivers freed the table there. A call with
+ *    interrupts off or preemption disabled is counted (free_table_atomic) and
+ *    logged, not warned about, so that a test can tell.
  *  - put_pages blocks while a callback on that page table is being
  *    dispatched, then fails with -EINVAL, as it does for a page table the
- *    callback already took. Revoked page tables are kept as tombstones (up to
- *    SIM_MAX_TOMBSTONES) so that such a late put never hits a reused pointer.
+ *    callback already took (NVIDIA's open driver returns 0 there). Revoked
+ *    page tables are kept as tombstones (up to SIM_MAX_TOMBSTONES) so that
+ *    such a late put never hits a reused pointer.
  *  - Persistent pins get no callback; they keep the allocation's pages pinned
  *    after FREE until the last put_pages_persistent.
  *  - dma_map_pages returns the physical addresses unchanged (no IOMMU).
  *  - Faults: -ENOMEM once N pins are outstanding (BAR exhaustion), -EIO on
  *    the next N get_pages, a delay around each callback dispatch to widen
- *    races (SET_FAULT); -ENOTSUPP from get_pages via the enotsupp parameter;
- *    the page table version via page_table_version.
+ *    races, -ENOMEM from the next N put_pages (the open driver's failure:
+ *    nothing is released, the callback stays armed), a delay between arming
+ *    the callback and returning from get_pages (SET_FAULT); -ENOTSUPP from
+ *    get_pages via the enotsupp parameter; the page table version via
+ *    page_table_version.
  *
  * Not simulated: BAR1 address space, real GPU page sizes and contiguity,
  * p2p tokens, MIG, vGPU, the rsync API, nvidia_p2p_init_mapping.
@@ -65,10 +74,10 @@
 #define SIM_MAX_TOMBSTONES	4096
 #define SIM_MAX_CB_DELAY_US	1000000
 
-static uint page_table_version = 0x00020000;
+static uint page_table_version = NVIDIA_P2P_PAGE_TABLE_VERSION;
 module_param(page_table_version, uint, 0644);
 MODULE_PARM_DESC(page_table_version,
-		 "Version stored in the page tables handed out (default 0x00020000 = 2.0)");
+		 "Version stored in the page tables handed out (default 0x00010002 = 1.2)");
 
 static uint enotsupp;
 module_param(enotsupp, uint, 0644);
@@ -84,6 +93,10 @@ static ulong race_put_late;
 module_param(race_put_late, ulong, 0444);
 MODULE_PARM_DESC(race_put_late,
 		 "put_pages calls on a page table whose callback had already run");
+static ulong free_table_atomic;
+module_param(free_table_atomic, ulong, 0444);
+MODULE_PARM_DESC(free_table_atomic,
+		 "nvidia_p2p_free_page_table calls made with interrupts or preemption disabled");
 
 struct sim_ctl {
 	struct list_head allocs;	/* sim_alloc.ctl_node, under sim_lock */
@@ -136,6 +149,8 @@ static struct nvp2p_sim_stats sim_stats;
 static u64 sim_enomem_after;
 static u64 sim_eio_next;
 static u64 sim_cb_delay_us;
+static u64 sim_put_enomem_next;
+static u64 sim_get_delay_us;
 static DECLARE_WAIT_QUEUE_HEAD(sim_wq);	/* a pin left SIM_PIN_REVOKING */
 
 static u8 sim_gpu_uuid[NVIDIA_P2P_GPU_UUID_LEN] = "nvp2p_sim-GPU-0";
@@ -233,6 +248,22 @@ static void sim_add_tombstone(struct sim_pin *pin)
 	}
 }
 
+/* Sleep for an injected delay (or part of one). */
+static void sim_cb_delay(u64 us)
+{
+	if (us)
+		usleep_range(us, us + us / 4 + 1);
+}
+
+/* Caller holds sim_lock. The injected put_pages failure, if one is due. */
+static bool sim_put_fails(void)
+{
+	if (!sim_put_enomem_next)
+		return false;
+	sim_put_enomem_next--;
+	return true;
+}
+
 static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 			 void (*free_callback)(void *data), void *data,
 			 bool persistent)
@@ -240,7 +271,7 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	struct sim_alloc *a;
 	struct sim_pin *pin;
 	unsigned long first, step;
-	u64 i, n;
+	u64 i, n, delay;
 	int ret;
 
 	if (!ptp || !len || !IS_ALIGNED(va, SIM_GPU_PAGE_SIZE) ||
@@ -309,7 +340,10 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	sim_stats.total_pins++;
 	/* Published before any callback can fire: FREE needs sim_lock. */
 	*ptp = &pin->pt;
+	delay = sim_get_delay_us;
 	mutex_unlock(&sim_lock);
+	/* The callback is armed: a FREE now calls back before we return. */
+	sim_cb_delay(delay);
 	return 0;
 
 unlock:
@@ -370,6 +404,10 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 		WARN(1, "nvp2p_sim: %s called from a free callback\n", __func__);
 		return -EINVAL;
 	}
+	if (sim_put_fails()) {
+		mutex_unlock(&sim_lock);
+		return -ENOMEM;
+	}
 	pin = sim_find(&sim_pins, page_table);
 	if (pin && (pin->persistent || pin->va != virtual_address)) {
 		mutex_unlock(&sim_lock);
@@ -419,6 +457,10 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 	if (!page_table || flags)
 		return -EINVAL;
 	mutex_lock(&sim_lock);
+	if (sim_put_fails()) {
+		mutex_unlock(&sim_lock);
+		return -ENOMEM;
+	}
 	pin = sim_find(&sim_pins, page_table);
 	if (!pin || !pin->persistent || pin->va != virtual_address) {
 		mutex_unlock(&sim_lock);
@@ -433,13 +475,21 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
 
-/* Called by the client's free callback, possibly under its spinlock. */
+/*
+ * Called by the client's free callback. Older drivers freed the page table
+ * here and could sleep: count a call from atomic context (preempt_count is
+ * kept by every kernel this runs on: CONFIG_PREEMPT_COUNT).
+ */
 int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 {
 	struct sim_pin *pin;
 
 	if (!page_table)
 		return -EINVAL;
+	if (irqs_disabled() || preempt_count()) {
+		free_table_atomic++;
+		pr_err_ratelimited("nvidia_p2p_free_page_table called with interrupts or preemption disabled\n");
+	}
 	pin = container_of(page_table, struct sim_pin, pt);
 	if (READ_ONCE(pin->state) != SIM_PIN_REVOKING ||
 	    pin->cb_task != current) {
@@ -500,13 +550,6 @@ int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
 	return dma_mapping ? 0 : -EINVAL;
 }
 EXPORT_SYMBOL(nvidia_p2p_free_dma_mapping);
-
-/* Sleep for part of the injected callback delay. */
-static void sim_cb_delay(u64 us)
-{
-	if (us)
-		usleep_range(us, us + us / 4 + 1);
-}
 
 /*
  * The allocation is off the live lists: fire the free callback of every
@@ -679,6 +722,8 @@ static long sim_ioctl_set_fault(void __user *uarg)
 		sim_enomem_after = 0;
 		sim_eio_next = 0;
 		sim_cb_delay_us = 0;
+		sim_put_enomem_next = 0;
+		sim_get_delay_us = 0;
 		break;
 	case NVP2P_SIM_FAULT_ENOMEM_AFTER:
 		sim_enomem_after = f.value;
@@ -691,6 +736,15 @@ static long sim_ioctl_set_fault(void __user *uarg)
 			ret = -EINVAL;
 		else
 			sim_cb_delay_us = f.value;
+		break;
+	case NVP2P_SIM_FAULT_PUT_ENOMEM:
+		sim_put_enomem_next = f.value;
+		break;
+	case NVP2P_SIM_FAULT_GET_DELAY:
+		if (f.value > SIM_MAX_CB_DELAY_US)
+			ret = -EINVAL;
+		else
+			sim_get_delay_us = f.value;
 		break;
 	default:
 		ret = -EINVAL;

@@ -41,6 +41,10 @@ struct nvp2p_sim_fault {
 #define NVP2P_SIM_FAULT_ENOMEM_AFTER    1 /* get_pages fails -ENOMEM once value pins are outstanding (BAR exhaustion); 0 = off */
 #define NVP2P_SIM_FAULT_EIO_NEXT        2 /* the next value get_pages calls fail with -EIO */
 #define NVP2P_SIM_FAULT_CALLBACK_DELAY  3 /* sleep value microseconds inside each free callback dispatch */
+#define NVP2P_SIM_FAULT_PUT_ENOMEM      4 /* the next value put_pages / put_pages_persistent calls fail with -ENOMEM
+					   * and change nothing, as the open driver's do when it cannot allocate its stack */
+#define NVP2P_SIM_FAULT_GET_DELAY       5 /* get_pages sleeps value microseconds after arming the free callback and
+					   * before returning: a FREE meanwhile calls back before the client has the table */
 
 struct nvp2p_sim_stats {
 	__u64 outstanding_pins;        /* callback-mode page tables not yet put or freed */
