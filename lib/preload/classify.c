@@ -36,7 +36,7 @@ static get_attr_fn driver(void)
 		return NULL;
 	*(void **)&f = dlsym(h, "cuPointerGetAttribute");
 	if (!f) {
-		gdrp_warn("the loaded CUDA driver has no cuPointerGetAttribute: GPU buffers pass through");
+		gdrp_info("the loaded CUDA driver has no cuPointerGetAttribute: GPU buffers pass through");
 		dlclose(h);
 		return NULL;
 	}

@@ -17,22 +17,37 @@
  *        length, the cached MR's context, pd, handle and keys) holding one reference. Anything else,
  *        or a cache that fails, goes to libibverbs unchanged.
  *   ibv_dereg_mr@IBVERBS_1.1       a shadow: drop the reference (the MR stays cached), return 0
- *   ibv_rereg_mr@IBVERBS_1.1       a shadow: register the new range, then drop the old one
- *   ibv_reg_dmabuf_mr@IBVERBS_1.12 passes through (a dma-buf has no address to cache by)
+ *   ibv_rereg_mr@IBVERBS_1.1       a shadow: the provider is asked first (the same request on an
+ *                                  MR of the preload's own): what it refuses is refused with its
+ *                                  answer; otherwise register the new range, then drop the old one
+ *   ibv_reg_mr_ex@IBVERBS_1.15     (rdma-core 58 and later) an address registration (comp_mask
+ *                                  ADDR, with IOVA == addr or none) is served like ibv_reg_mr; a
+ *                                  dma-buf fd, a DMA handle, a provider buffer pass through
+ *   ibv_reg_dmabuf_mr@IBVERBS_1.12 passes through (a dma-buf has no address to cache by), and so
+ *   ibv_reg_buf_mr@IBVERBS_1.17    does a buffer ibv_alloc_buf made (the provider's memory)
  *   ibv_dealloc_pd@IBVERBS_1.1     gdr_cache_release_pd first: the cache's idle MRs never make it fail
  *   ibv_close_device@IBVERBS_1.1   the same for every PD of the context; shadows the program still
  *                                  holds on it become orphans (their release is a no-op)
  *   the IBVERBS_1.0 symbols        forward to libibverbs' 1.0 compatibility functions, whose own
  *                                  calls of the 1.1 symbols come back here
  *
+ * An entry point the running libibverbs lacks (rdma-core 44 has nothing after IBVERBS_1.14) is
+ * never bound by anyone: the preload resolves libibverbs' definitions at run time, by version, and
+ * binds what is there; dlsym/dlvsym(RTLD_DEFAULT) of the missing ones find nothing, as without it.
+ *
+ * Programs that dlopen libibverbs and resolve it themselves (NCCL: dlvsym(handle, name,
+ * "IBVERBS_1.1")) get these definitions through the preload's dlsym and dlvsym (dlsym.c), which
+ * hand them out in place of libibverbs' own (gdrp_verbs_lookup, below).
+ *
  * The library's own libibverbs calls (it registers the cache's MRs) pass through: a per-thread
  * depth counter marks them. After fork() the child passes everything through; the MRs it inherited
  * are the parent's: their release only forgets them. GDRCACHE_DISABLE=1: pure pass-through.
  * GDRCACHE_STATS=1: the library prints the cache's statistics at exit, this its own counters.
  *
- * Known limit: programs that dlopen libibverbs and resolve it with dlsym/dlvsym (NCCL's IB plugin
- * does) never reach these definitions: LD_PRELOAD only wins symbol lookups made through the global
- * scope. See lib/preload/README.md.
+ * Nothing is printed for a call that ends as it would without the preload (a program's stderr is
+ * its own): such events are logged at info or debug, and unless GDRCACHE_LOG is set the preload
+ * creates its cache with the library's logging off (GDR_CACHE_ATTR_LOG_LEVEL: the library logs
+ * the cache's own failures, after which the preload registers the buffer directly).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -43,11 +58,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "preload.h"
 
 #define GDRP_SYMBOL(versioned) __attribute__((visibility("default"), symver(versioned)))
+
+/*
+ * rdma-core's struct ibv_mr_init_attr (ibv_reg_mr_ex, IBVERBS_1.15), which Debian 12's headers
+ * (rdma-core 44) lack. Only the fields up to addr are read; each one only when comp_mask says the
+ * caller set it. Later fields (fd, fd_offset, dmah, buf) mean the registration passes through.
+ */
+struct gdrp_mr_init_attr {
+	size_t length;
+	int access;
+	uint64_t comp_mask;
+	uint64_t iova;
+	void *addr;
+};
+#define GDRP_REG_MR_MASK_IOVA (1u << 0)
+#define GDRP_REG_MR_MASK_ADDR (1u << 1)
 
 /* The libibverbs definitions of what we interpose. The 1.0 ones take 1.0-layout objects. */
 static struct {
@@ -67,17 +98,21 @@ static struct {
 	int (*dereg_mr)(struct ibv_mr *mr);
 	int (*dealloc_pd)(struct ibv_pd *pd);
 	int (*close_device)(struct ibv_context *ctx);
+	struct ibv_mr *(*reg_mr_ex)(struct ibv_pd *pd, struct gdrp_mr_init_attr *attr);
+	struct ibv_mr *(*reg_buf_mr)(struct ibv_pd *pd, void *buf, void *addr, size_t len, int access);
 } real;
 
 /* Nonzero while this thread is inside libgdrcache or a real libibverbs call made for the
  * program: libibverbs entry points reached from there pass straight through. */
 static __thread unsigned in_lib __attribute__((tls_model("initial-exec")));
 
-static bool disabled;    /* GDRCACHE_DISABLE=1 */
+static bool disabled = true; /* GDRCACHE_DISABLE=1; and until the environment is read */
+static bool configured;      /* the environment was read (configure) */
 static bool print_stats; /* GDRCACHE_STATS=1 */
 static bool forked;      /* this process is a child of fork(): pass-through */
 static struct gdr_cache *cache;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 int gdrp_log_level = GDR_LOG_WARN;
 
@@ -89,8 +124,11 @@ static struct {
 	uint64_t odp;         /* passed through: IBV_ACCESS_ON_DEMAND */
 	uint64_t fallback;    /* passed through: the cache refused or failed */
 	uint64_t dmabuf;      /* ibv_reg_dmabuf_mr, passed through */
+	uint64_t other;       /* passed through: ibv_reg_mr_ex of an fd, a DMA handle or a provider
+				 buffer, ibv_reg_buf_mr */
 	uint64_t released;    /* shadow MRs released */
 	uint64_t rereg;       /* shadow MRs re-registered */
+	uint64_t rereg_refused; /* ibv_rereg_mr of a shadow refused as the provider refused it */
 	uint64_t orphaned;    /* shadow MRs whose device was closed under them */
 	uint64_t pd_released; /* gdr_cache_release_pd calls before ibv_dealloc_pd/ibv_close_device */
 	uint64_t after_fork;  /* inherited shadow MRs forgotten in a child */
@@ -128,51 +166,43 @@ static bool env_on(const char *name)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
-static void *resolve(const char *name, const char *version)
-{
-	void *f = dlvsym(RTLD_NEXT, name, version);
-
-	if (!f)
-		gdrp_err("libibverbs has no %s@%s: calls of it fail with ENOSYS", name, version);
-	return f;
-}
+static void resolve_all(void);
 
 static void child_after_fork(void)
 {
 	__atomic_store_n(&forked, true, __ATOMIC_RELAXED);
 }
 
+/* libibverbs' definitions: on first use, which may come before any constructor (a
+ * dlsym in a program's DT_PREINIT_ARRAY, or in a sanitizer runtime's start-up). */
 static void init(void)
 {
+	resolve_all();
+	gdrp_mrtab_atfork();
+	pthread_atfork(NULL, NULL, child_after_fork);
+}
+
+/* The environment, once libc has one: not before its own initialisation, which a program's
+ * DT_PREINIT_ARRAY precedes. Until then every call passes through (disabled). */
+static void configure(void)
+{
 	const char *lvl = getenv("GDRCACHE_LOG");
+	bool off = env_on("GDRCACHE_DISABLE");
 
 	for (int i = 0; lvl && i <= GDR_LOG_DEBUG; i++)
 		if (!strcmp(lvl, level_names[i]))
 			gdrp_log_level = i;
-	disabled = env_on("GDRCACHE_DISABLE");
 	print_stats = env_on("GDRCACHE_STATS");
-#define R(field, name, version) (*(void **)&real.field = resolve(name, version))
-	R(reg_mr_1_0, "ibv_reg_mr", "IBVERBS_1.0");
-	R(dereg_mr_1_0, "ibv_dereg_mr", "IBVERBS_1.0");
-	R(dealloc_pd_1_0, "ibv_dealloc_pd", "IBVERBS_1.0");
-	R(close_device_1_0, "ibv_close_device", "IBVERBS_1.0");
-	R(reg_mr, "ibv_reg_mr", "IBVERBS_1.1");
-	R(reg_mr_iova, "ibv_reg_mr_iova", "IBVERBS_1.7");
-	R(reg_mr_iova2, "ibv_reg_mr_iova2", "IBVERBS_1.8");
-	R(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
-	R(rereg_mr, "ibv_rereg_mr", "IBVERBS_1.1");
-	R(dereg_mr, "ibv_dereg_mr", "IBVERBS_1.1");
-	R(dealloc_pd, "ibv_dealloc_pd", "IBVERBS_1.1");
-	R(close_device, "ibv_close_device", "IBVERBS_1.1");
-#undef R
-	gdrp_mrtab_atfork();
-	pthread_atfork(NULL, NULL, child_after_fork);
-	gdrp_debug("loaded%s", disabled ? " (GDRCACHE_DISABLE: pass-through)" : "");
+	__atomic_store_n(&disabled, off, __ATOMIC_RELAXED);
+	__atomic_store_n(&configured, true, __ATOMIC_RELEASE);
+	gdrp_debug("loaded%s", off ? " (GDRCACHE_DISABLE: pass-through)" : "");
 }
 
 static inline void setup(void)
 {
 	pthread_once(&init_once, init);
+	if (!__atomic_load_n(&configured, __ATOMIC_ACQUIRE) && environ)
+		pthread_once(&config_once, configure);
 }
 
 __attribute__((constructor)) static void preload_ctor(void)
@@ -188,10 +218,11 @@ __attribute__((destructor)) static void preload_dtor(void)
 		"gdrcache-preload[%d] stats%s: cached %" PRIu64 " released %" PRIu64
 		" passthrough_host %" PRIu64 " passthrough_iova %" PRIu64 " passthrough_odp %" PRIu64
 		" passthrough_dmabuf %" PRIu64 " fallback %" PRIu64 " rereg %" PRIu64
-		" orphaned %" PRIu64 " pd_released %" PRIu64 " after_fork %" PRIu64 "\n",
+		" orphaned %" PRIu64 " pd_released %" PRIu64 " after_fork %" PRIu64
+		" passthrough_other %" PRIu64 " rereg_refused %" PRIu64 "\n",
 		(int)getpid(), disabled ? " (disabled)" : forked ? " (child of fork)" : "",
 		st.cached, st.released, st.host, st.iova, st.odp, st.dmabuf, st.fallback, st.rereg,
-		st.orphaned, st.pd_released, st.after_fork);
+		st.orphaned, st.pd_released, st.after_fork, st.other, st.rereg_refused);
 }
 
 /* A real libibverbs call for the program: what it reaches of our symbols passes through. */
@@ -209,16 +240,24 @@ __attribute__((destructor)) static void preload_dtor(void)
 
 static void cache_create(void)
 {
+	struct gdr_cache_attr attr = { 0 };
 	struct gdr_cache *c = NULL;
+	const char *lvl = getenv("GDRCACHE_LOG");
 	int rc;
 
+	/* Whatever the library reports on the preload's path ends in a direct registration: the
+	 * program sees libibverbs' answer, so its stderr stays its own unless logging was asked for. */
+	if (!lvl || !*lvl) {
+		attr.field_mask = GDR_CACHE_ATTR_LOG_LEVEL;
+		attr.log_level = GDR_LOG_NONE;
+	}
 	in_lib++;
-	rc = gdr_cache_create(NULL, &c);
+	rc = gdr_cache_create(&attr, &c);
 	in_lib--;
 	__atomic_store_n(&cache, rc ? NULL : c, __ATOMIC_RELEASE);
 	if (rc) {
-		gdrp_err("gdr_cache_create: %s: GPU buffers are registered directly, uncached",
-			 err_name(rc));
+		gdrp_info("gdr_cache_create: %s: GPU buffers are registered directly, uncached",
+			  err_name(rc));
 	}
 }
 
@@ -292,7 +331,7 @@ static void region_put(struct gdr_region *region)
 	rc = gdr_dereg(region);
 	in_lib--;
 	if (rc)
-		gdrp_err("gdr_dereg: %s", err_name(rc));
+		gdrp_info("gdr_dereg: %s", err_name(rc));
 }
 
 /* The cached path of every registration entry point: a shadow MR, or NULL (pass it through). */
@@ -327,7 +366,7 @@ static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint
 		}
 		gdrp_rec_free(r);
 	}
-	gdrp_err("out of memory for an MR record: registering %p directly", addr);
+	gdrp_info("out of memory for an MR record: registering %p directly", addr);
 	region_put(region);
 	COUNT(fallback);
 	errno = saved;
@@ -384,6 +423,43 @@ struct ibv_mr *gdrp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
 	if (!in_lib)
 		COUNT(dmabuf);
 	PASS(mr, reg_dmabuf_mr, pd, offset, len, iova, fd, access);
+	return mr;
+}
+
+/* Only an address registration is served from the cache: comp_mask ADDR, IOVA (== addr) or not,
+ * nothing else; a dma-buf fd, a DMA handle (TPH hints the cache's MR would not carry), a provider
+ * buffer, or a mask bit this preload does not know pass through. */
+GDRP_SYMBOL("ibv_reg_mr_ex@@IBVERBS_1.15")
+struct ibv_mr *gdrp_reg_mr_ex(struct ibv_pd *pd, struct gdrp_mr_init_attr *attr)
+{
+	const uint64_t plain = GDRP_REG_MR_MASK_IOVA | GDRP_REG_MR_MASK_ADDR;
+	struct ibv_mr *mr = NULL;
+
+	setup();
+	if (attr && (attr->comp_mask & GDRP_REG_MR_MASK_ADDR) && !(attr->comp_mask & ~plain)) {
+		mr = reg_cached(pd, attr->addr, attr->length,
+				attr->comp_mask & GDRP_REG_MR_MASK_IOVA ? attr->iova
+									: (uintptr_t)attr->addr,
+				(unsigned)attr->access);
+	} else if (!in_lib) {
+		COUNT(other);
+	}
+	if (!mr)
+		PASS(mr, reg_mr_ex, pd, attr);
+	return mr;
+}
+
+/* A buffer ibv_alloc_buf made is the provider's memory (host pages or its dma-buf heap), never
+ * CUDA's: pass it through, with libibverbs' own ibv_reg_mr_ex call under it. */
+GDRP_SYMBOL("ibv_reg_buf_mr@@IBVERBS_1.17")
+struct ibv_mr *gdrp_reg_buf_mr(struct ibv_pd *pd, void *buf, void *addr, size_t len, int access)
+{
+	struct ibv_mr *mr;
+
+	setup();
+	if (!in_lib)
+		COUNT(other);
+	PASS(mr, reg_buf_mr, pd, buf, addr, len, access);
 	return mr;
 }
 
@@ -449,8 +525,52 @@ static int rereg_input_error(const char *why)
 	return IBV_REREG_MR_ERR_INPUT;
 }
 
+/*
+ * What the provider answers to this re-registration: the same request on an MR of the preload's
+ * own, one private page standing in for the new range. A shadow's MR is the cache's, shared, so the
+ * request itself can not go to the provider; but whether the provider re-registers at all must not
+ * change with the preload: rxe and siw have no rereg and answer every request IBV_REREG_MR_ERR_CMD,
+ * errno EOPNOTSUPP (libibverbs' stub); mlx5 asks the kernel, which refuses flags 0 with EINVAL.
+ * 0: the provider would do it; else what ibv_rereg_mr returned, errno as it left it.
+ */
+static int rereg_ask_provider(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *addr,
+			      size_t len, int access)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct ibv_mr *probe = NULL;
+	int rc, err;
+	void *p;
+
+	if (!real.rereg_mr) {
+		errno = ENOSYS;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		errno = ENOMEM;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	PASS(probe, reg_mr_iova2, r->mr.pd, p, page, (uintptr_t)p, (unsigned)r->access);
+	if (!probe) {
+		/* Not even a registration on this PD: a re-registration would not fare better. */
+		err = errno;
+		munmap(p, page);
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+		addr = p, len = page;
+	PASS(rc, rereg_mr, probe, flags, pd, addr, len, access);
+	err = errno;
+	real_dereg(probe);
+	munmap(p, page);
+	errno = err;
+	return rc == IBV_REREG_MR_ERR_DO_FORK_OLD ? 0 : rc; /* DO_FORK_OLD: the new MR is valid */
+}
+
 /* ibv_rereg_mr of a shadow: the struct stays where it is; what backs it is registered anew (cached
- * when it can be), then the old backing is released. On failure the old registration is intact. */
+ * when it can be), then the old backing is released. On failure the old registration is intact.
+ * Input libibverbs refuses is refused as it does; then the provider is asked (above). */
 static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *addr, size_t len,
 			int access)
 {
@@ -475,6 +595,13 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 		return rereg_input_error("its device was closed");
 	if (__atomic_load_n(&forked, __ATOMIC_RELAXED))
 		return rereg_input_error("inherited from the parent process");
+	rc = rereg_ask_provider(r, flags, pd, addr, len, access);
+	if (rc) {
+		COUNT(rereg_refused);
+		gdrp_info("ibv_rereg_mr of a cached MR: the provider refuses it (%d, %s)", rc,
+			  err_name(errno));
+		return rc;
+	}
 	if (!flags)
 		return 0;
 
@@ -500,8 +627,8 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 	} else {
 		rc = real_dereg(old.real);
 		if (rc)
-			gdrp_err("ibv_rereg_mr: releasing the previous MR failed (%s): it stays registered",
-				 err_name(rc));
+			gdrp_info("ibv_rereg_mr: releasing the previous MR failed (%s): it stays "
+				  "registered", err_name(rc));
 	}
 	return 0;
 }
@@ -586,11 +713,12 @@ static void release_context(struct ibv_context *ctx)
 					COUNT(orphaned);
 				}
 			} while (k > GDRP_BATCH);
-			gdrp_warn("ibv_close_device(%p): the program still held MRs of pd %p; "
+			/* As without the cache: the kernel releases them with the device. */
+			gdrp_info("ibv_close_device(%p): the program still held MRs of pd %p; "
 				  "they are released with the device", (void *)ctx, (void *)pds[i]);
 			if (release_pd(pds[i]))
-				gdrp_err("pd %p: the cache still holds MRs after the device closes",
-					 (void *)pds[i]);
+				gdrp_info("pd %p: the cache still holds MRs as the device closes",
+					  (void *)pds[i]);
 		}
 		gdrp_pd_forget(pds[i]);
 	}
@@ -644,4 +772,63 @@ int gdrp_close_device_1_0(void *ctx)
 {
 	setup();
 	return real.close_device_1_0 ? real.close_device_1_0(ctx) : ENOSYS;
+}
+
+/* ---- Binding: libibverbs' definitions, and which interposer stands for each ------------------ */
+
+static const struct gdrp_entry {
+	const char *name, *version;
+	void **real; /* libibverbs' definition (real.*), NULL where this libibverbs lacks it */
+	void *own;   /* the interposer exported under the same name and version */
+} entries[] = {
+#define E(name, version, field, own) { name, version, (void **)&real.field, (void *)own }
+	E("ibv_reg_mr", "IBVERBS_1.0", reg_mr_1_0, gdrp_reg_mr_1_0),
+	E("ibv_dereg_mr", "IBVERBS_1.0", dereg_mr_1_0, gdrp_dereg_mr_1_0),
+	E("ibv_dealloc_pd", "IBVERBS_1.0", dealloc_pd_1_0, gdrp_dealloc_pd_1_0),
+	E("ibv_close_device", "IBVERBS_1.0", close_device_1_0, gdrp_close_device_1_0),
+	E("ibv_reg_mr", "IBVERBS_1.1", reg_mr, gdrp_reg_mr),
+	E("ibv_reg_mr_iova", "IBVERBS_1.7", reg_mr_iova, gdrp_reg_mr_iova),
+	E("ibv_reg_mr_iova2", "IBVERBS_1.8", reg_mr_iova2, gdrp_reg_mr_iova2),
+	E("ibv_reg_dmabuf_mr", "IBVERBS_1.12", reg_dmabuf_mr, gdrp_reg_dmabuf_mr),
+	E("ibv_reg_mr_ex", "IBVERBS_1.15", reg_mr_ex, gdrp_reg_mr_ex),
+	E("ibv_reg_buf_mr", "IBVERBS_1.17", reg_buf_mr, gdrp_reg_buf_mr),
+	E("ibv_rereg_mr", "IBVERBS_1.1", rereg_mr, gdrp_rereg_mr),
+	E("ibv_dereg_mr", "IBVERBS_1.1", dereg_mr, gdrp_dereg_mr),
+	E("ibv_dealloc_pd", "IBVERBS_1.1", dealloc_pd, gdrp_dealloc_pd),
+	E("ibv_close_device", "IBVERBS_1.1", close_device, gdrp_close_device),
+#undef E
+};
+
+#define N_ENTRIES (sizeof(entries) / sizeof(entries[0]))
+
+/* The next definitions after the preload, by version: libibverbs' (another interposer's, if one
+ * comes between). A node this libibverbs lacks leaves its slot NULL, quietly: nothing can refer to
+ * it, and the program runs as it would without the preload. */
+static void resolve_all(void)
+{
+	for (unsigned i = 0; i < N_ENTRIES; i++) {
+		*entries[i].real = gdrp_real_dlvsym(RTLD_NEXT, entries[i].name, entries[i].version);
+		if (!*entries[i].real)
+			gdrp_debug("libibverbs has no %s@%s", entries[i].name, entries[i].version);
+	}
+}
+
+void *gdrp_verbs_lookup(void *found, const char *name, const char *version)
+{
+	if (!found)
+		return NULL;
+	setup();
+	for (unsigned i = 0; i < N_ENTRIES; i++) {
+		const struct gdrp_entry *e = &entries[i];
+
+		if (*e->real && found == *e->real)
+			return e->own; /* GDRCACHE_DISABLE: it passes through */
+		if (!*e->real && found == e->own) {
+			/* RTLD_DEFAULT met the preload's stand-in for what libibverbs lacks: answer
+			 * (dlerror included) as the lookup would without the preload. */
+			return version ? gdrp_real_dlvsym(RTLD_NEXT, name, version)
+				       : gdrp_real_dlsym(RTLD_NEXT, name);
+		}
+	}
+	return found;
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libgdrcache-preload: what its three files share (interpose.c, mrtab.c, classify.c). */
+/* libgdrcache-preload: what its files share (interpose.c, mrtab.c, classify.c, dlsym.c). */
 #ifndef GDR_PRELOAD_H
 #define GDR_PRELOAD_H
 
@@ -60,5 +60,16 @@ void gdrp_mrtab_atfork(void);
 
 /* classify.c: whether the CUDA driver already loaded in this process calls addr device memory. */
 bool gdrp_is_gpu(const void *addr);
+
+/* interpose.c: what a dlsym / dlvsym lookup of name (version: NULL for dlsym) that found `found`
+ * hands back: for libibverbs' own definition of an interposed entry point, the preload's interposer
+ * of that definition; for the preload's definition of one this libibverbs lacks, what the lookup
+ * finds without the preload; anything else as it is. */
+void *gdrp_verbs_lookup(void *found, const char *name, const char *version);
+
+/* dlsym.c: libc's dlsym / dlvsym (or the next interposer's), bypassing the preload's. Called from
+ * this library, RTLD_NEXT means "after the preload". */
+void *gdrp_real_dlsym(void *h, const char *name);
+void *gdrp_real_dlvsym(void *h, const char *name, const char *version);
 
 #endif /* GDR_PRELOAD_H */

@@ -9,7 +9,14 @@
  *    one keeps today's layouts);
  *  - ibv_dereg_mr of anything that is not one of its MRs fails with EINVAL (so a shadow MR handed
  *    to it is caught), ibv_dealloc_pd of a PD with MRs fails with EBUSY (as the kernel does), and
- *    ibv_close_device counts the MRs still registered on it.
+ *    ibv_close_device counts the MRs still registered on it;
+ *  - the kernel's and libibverbs' answers to bad requests: remote write or atomic access without
+ *    local write is EINVAL; ibv_rereg_mr checks its input as libibverbs does, then answers as a
+ *    provider that re-registers (flags 0: IBV_REREG_MR_ERR_CMD, EINVAL, as the kernel refuses
+ *    it) or, after fake_ibv_set_rereg(0), as rxe and siw do (IBV_REREG_MR_ERR_CMD, EOPNOTSUPP);
+ *  - today's rdma-core nodes (fake_ibverbs_new.map): ibv_reg_mr_ex (IBVERBS_1.15), ibv_alloc_buf,
+ *    ibv_free_buf, ibv_reg_buf_mr (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the
+ *    PLT as in rdma-core. Built with FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's.
  * Tests read its counters through fake_ibv_* (FAKE_IBVERBS node), found with dlsym.
  */
 #define _GNU_SOURCE
@@ -48,12 +55,13 @@ static struct ibv_device device;
 static struct fake_pd pd_pool[64];
 
 enum { C_REG, C_REG_1_0, C_DEREG, C_DEREG_1_0, C_DMABUF, C_REREG, C_DEALLOC_PD, C_DEALLOC_PD_1_0,
-       C_CLOSE, C_CLOSE_1_0, C_CLOSE_LEFT, C_DEREG_BAD, C_N };
+       C_CLOSE, C_CLOSE_1_0, C_CLOSE_LEFT, C_DEREG_BAD, C_REG_EX, C_REG_BUF, C_N };
 static const char *const names[C_N] = {
 	"reg", "reg_1_0", "dereg", "dereg_1_0", "dmabuf", "rereg", "dealloc_pd", "dealloc_pd_1_0",
-	"close", "close_1_0", "close_left", "dereg_bad",
+	"close", "close_1_0", "close_left", "dereg_bad", "reg_ex", "reg_buf",
 };
 static uint64_t counts[C_N];
+static int rereg_supported = 1;
 
 static void count(int c)
 {
@@ -111,6 +119,12 @@ EXPORT int fake_ibv_mr_info(const struct ibv_mr *mr, int *access, uint64_t *iova
 	}
 	pthread_mutex_unlock(&lock);
 	return rc;
+}
+
+/* 1: ibv_rereg_mr re-registers (mlx5); 0: it answers as rxe and siw do (no rereg). */
+EXPORT void fake_ibv_set_rereg(int supported)
+{
+	__atomic_store_n(&rereg_supported, supported, __ATOMIC_RELAXED);
 }
 
 /* ---- Devices, contexts, PDs ------------------------------------------------------------------------ */
@@ -238,14 +252,21 @@ int fake_dealloc_pd(struct ibv_pd *pd)
 
 /* ---- Memory regions ---------------------------------------------------------------------------------- */
 
-VERSIONED("ibv_reg_mr_iova2@@IBVERBS_1.8")
-struct ibv_mr *fake_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
-				 unsigned int access)
+/* The kernel's ib_check_mr_access: remote write and atomic need local write. */
+static int access_ok(int access)
+{
+	return !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) ||
+	       (access & IBV_ACCESS_LOCAL_WRITE);
+}
+
+/* The provider's registration, which every entry point ends in. */
+static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+			     unsigned int access)
 {
 	struct fake_mr *m;
 
 	count(C_REG);
-	if (!pd || ((struct fake_pd *)pd)->magic != PD_MAGIC || !len) {
+	if (!pd || ((struct fake_pd *)pd)->magic != PD_MAGIC || !len || !access_ok((int)access)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -269,6 +290,13 @@ struct ibv_mr *fake_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint
 	mrs = m;
 	pthread_mutex_unlock(&lock);
 	return &m->mr;
+}
+
+VERSIONED("ibv_reg_mr_iova2@@IBVERBS_1.8")
+struct ibv_mr *fake_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				 unsigned int access)
+{
+	return mr_new(pd, addr, len, iova, access);
 }
 
 /* ibv_reg_mr / ibv_reg_mr_iova reach ibv_reg_mr_iova2 through the PLT, as in rdma-core. */
@@ -341,10 +369,22 @@ int fake_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, s
 	int found;
 
 	count(C_REREG);
+	/* libibverbs' checks, in its order */
 	found = fake_ibv_is_mr(mr);
-	if (!found || flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) {
+	if (!found || flags & ~IBV_REREG_MR_FLAGS_SUPPORTED ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!len || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
+	}
+	/* the provider's */
+	if (!__atomic_load_n(&rereg_supported, __ATOMIC_RELAXED)) {
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	if (!flags || ((flags & IBV_REREG_MR_CHANGE_ACCESS) && !access_ok(access))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_CMD;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		mr->pd = pd;
@@ -356,6 +396,115 @@ int fake_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, s
 		((struct fake_mr *)mr)->access = access;
 	return 0;
 }
+
+/* ---- Today's rdma-core: IBVERBS_1.15, IBVERBS_1.17 ------------------------------------------- */
+#ifndef FAKE_RDMA_CORE_44
+/* rdma-core's struct ibv_mr_init_attr and its mask bits (verbs.h of rdma-core 58 and later). */
+struct fake_mr_init_attr {
+	size_t length;
+	int access;
+	uint64_t comp_mask;
+	uint64_t iova;
+	void *addr;
+	int fd;
+	uint64_t fd_offset;
+	void *dmah;
+	void *buf;
+};
+enum { M_IOVA = 1 << 0, M_ADDR = 1 << 1, M_FD = 1 << 2, M_FD_OFFSET = 1 << 3, M_DMAH = 1 << 4,
+       M_BUF = 1 << 5 };
+
+struct fake_buf {
+	void *addr;
+	size_t size;
+	struct ibv_pd *pd;
+};
+
+/* rdma-core's ibv_reg_mr_ex over a provider without reg_mr_ex (libibverbs' dummy op): a DMA handle
+ * is EOPNOTSUPP, a buffer becomes its address range, an fd a dma-buf registration. */
+VERSIONED("ibv_reg_mr_ex@@IBVERBS_1.15")
+struct ibv_mr *fake_reg_mr_ex(struct ibv_pd *pd, struct fake_mr_init_attr *a)
+{
+	uint64_t m = a->comp_mask;
+	struct ibv_mr *mr;
+
+	count(C_REG_EX);
+	if (m & M_BUF) {
+		struct fake_buf *b = a->buf;
+		uintptr_t base = (uintptr_t)b->addr, at = (uintptr_t)a->addr;
+
+		if (pd != b->pd || !(m & M_ADDR) || at < base || at - base > b->size ||
+		    a->length > b->size - (at - base) || (m & (M_FD | M_FD_OFFSET))) {
+			errno = EINVAL;
+			return NULL;
+		}
+		m &= ~(uint64_t)M_BUF;
+	}
+	if (m & ~(uint64_t)(M_IOVA | M_ADDR | M_FD | M_FD_OFFSET)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (m & M_FD) {
+		if ((m & M_ADDR) || !(m & M_FD_OFFSET) || !(m & M_IOVA) || a->fd < 0) {
+			errno = EINVAL;
+			return NULL;
+		}
+		count(C_DMABUF);
+		mr = mr_new(pd, (void *)(uintptr_t)a->fd_offset, a->length, a->iova,
+			    (unsigned)a->access);
+		if (mr)
+			mr->addr = (void *)(uintptr_t)a->fd_offset;
+		return mr;
+	}
+	if (!(m & M_ADDR) || (m & M_FD_OFFSET)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return mr_new(pd, a->addr, a->length, m & M_IOVA ? a->iova : (uintptr_t)a->addr,
+		      (unsigned)a->access);
+}
+
+/* Provider memory: here plain pages. */
+VERSIONED("ibv_alloc_buf@@IBVERBS_1.17")
+void *fake_alloc_buf(struct ibv_pd *pd, size_t size, struct fake_buf **out)
+{
+	struct fake_buf *b = calloc(1, sizeof(*b));
+
+	if (!b || posix_memalign(&b->addr, 4096, size ? size : 1)) {
+		free(b);
+		errno = ENOMEM;
+		return NULL;
+	}
+	b->size = size;
+	b->pd = pd;
+	*out = b;
+	return b->addr;
+}
+
+VERSIONED("ibv_free_buf@@IBVERBS_1.17")
+void fake_free_buf(struct fake_buf *b)
+{
+	free(b->addr);
+	free(b);
+}
+
+/* ibv_reg_mr_ex through the PLT, as rdma-core calls it (renamed: newer headers declare it). */
+struct ibv_mr *plt_reg_mr_ex(struct ibv_pd *pd, struct fake_mr_init_attr *a)
+	__asm__("ibv_reg_mr_ex");
+
+
+VERSIONED("ibv_reg_buf_mr@@IBVERBS_1.17")
+struct ibv_mr *fake_reg_buf_mr(struct ibv_pd *pd, struct fake_buf *b, void *addr, size_t len,
+			       int access)
+{
+	struct fake_mr_init_attr a = {
+		.length = len, .access = access, .comp_mask = M_BUF | M_ADDR, .addr = addr, .buf = b,
+	};
+
+	count(C_REG_BUF);
+	return plt_reg_mr_ex(pd, &a);
+}
+#endif
 
 /* ---- IBVERBS_1.0: through the PLT to the 1.1 functions -------------------------------------------- */
 

@@ -8,11 +8,27 @@
 #                           preload finds libibverbs' own definitions; controls: without the preload
 #                           they bind to libibverbs, and an interposer under another version node
 #                           (WRONG) is skipped by versioned references
-#   functional BACKEND TEST the cache behind the verbs calls, over the fake libibverbs (GDRCACHE_STATS=1)
+#                           dlsym and dlvsym, under glibc's nodes, also bind to the preload
+#   functional BACKEND TEST the cache behind the verbs calls, over the fake libibverbs (GDRCACHE_STATS=1);
+#                           no error or warning line on stderr
+#   functional44 TEST       the same over a libibverbs without today's nodes (rdma-core 44): the
+#                           preload's definitions for what it lacks break nothing
 #   disabled TEST           GDRCACHE_DISABLE=1: pure pass-through
 #   old OLD                 the unversioned program over the fake: cached with the preload, not without
-# Environment: GDRP_PRELOAD (the .so), GDRP_FAKEDIR (the fake libibverbs' directory), GDRP_SAN_RT
-# (the sanitizer runtime to preload first in sanitized builds, or empty).
+#   dlopen DL               a program without libibverbs in DT_NEEDED dlopens it by each name and by
+#                           path (NCCL_IBVERBS_LIB), resolves with dlvsym at NCCL's versions and dlsym:
+#                           cached with the preload, libibverbs' own without, passed through with
+#                           GDRCACHE_DISABLE, over today's rdma-core and 44
+#   early EARLY             verbs resolved in a linked library's constructor, before the preload's;
+#                           resolved past the preload (libc's own dlvsym): libibverbs' MRs throughout
+#   next NEXT               RTLD_NEXT through the preload's dlsym and dlvsym still finds the next object
+#   newnodes NEW            ibv_reg_mr_ex@IBVERBS_1.15, ibv_reg_buf_mr@IBVERBS_1.17 bind to the preload
+#                           (LD_DEBUG); cached / passed through as they must be
+#   same SAME               the same stdout (every call's outcome) and the same stderr with and without
+#                           the preload, over today's rdma-core and 44
+# Environment: GDRP_PRELOAD (the .so), GDRP_FAKEDIR / GDRP_FAKEDIR44 (the fake libibverbs'
+# directories: today's nodes, rdma-core 44's), GDRP_SAN_RT (the sanitizer runtime to preload first
+# in sanitized builds, or empty).
 # Exit: 0 pass, 1 fail, 77 skip.
 set -u
 mode=$1
@@ -40,18 +56,25 @@ binding)
 		exit 77
 	fi
 	tname=$(basename "$test") oname=$(basename "$old")
-	# The preload exports exactly libibverbs' registration entry points, each under its node.
+	# The preload exports exactly libibverbs' registration entry points, each under its node,
+	# and dlsym / dlvsym under the nodes libc.so.6 has them at (GLIBC_2.34 and the compat one).
+	libc=$(ldconfig -p 2>/dev/null | awk '/libc\.so\.6 .*x86-64/ { print $NF; exit }')
+	compat=$(objdump -T "$libc" | awk '$NF == "dlsym" && $(NF-1) ~ /^\(GLIBC_/ { gsub(/[()]/, "", $(NF-1)); print $(NF-1) }')
+	[ -n "$compat" ] || fail "no compat dlsym in $libc"
 	exports=$(objdump -T "$GDRP_PRELOAD" | awk '($2 == "g" || $2 == "w") && $4 != "*ABS*" && $4 != "*UND*" { print $(NF-1), $NF }' | sort)
 	expected=$(printf '%s\n' "(IBVERBS_1.0) ibv_close_device" "(IBVERBS_1.0) ibv_dealloc_pd" \
 		"(IBVERBS_1.0) ibv_dereg_mr" "(IBVERBS_1.0) ibv_reg_mr" "IBVERBS_1.1 ibv_close_device" \
 		"IBVERBS_1.1 ibv_dealloc_pd" "IBVERBS_1.1 ibv_dereg_mr" "IBVERBS_1.1 ibv_reg_mr" \
 		"IBVERBS_1.1 ibv_rereg_mr" "IBVERBS_1.12 ibv_reg_dmabuf_mr" "IBVERBS_1.7 ibv_reg_mr_iova" \
-		"IBVERBS_1.8 ibv_reg_mr_iova2" | sort)
+		"IBVERBS_1.8 ibv_reg_mr_iova2" "IBVERBS_1.15 ibv_reg_mr_ex" "IBVERBS_1.17 ibv_reg_buf_mr" \
+		"GLIBC_2.34 dlsym" "GLIBC_2.34 dlvsym" "($compat) dlsym" "($compat) dlvsym" | sort)
 	if [ "$exports" = "$expected" ]; then
-		pass "the preload exports the 12 entry points under libibverbs' nodes, nothing else"
+		pass "the preload exports the 14 entry points under libibverbs' nodes, dlsym and dlvsym under GLIBC_2.34 and $compat, nothing else"
 	else
 		fail "the preload's exports differ: $(echo "$exports" | tr '\n' ',')"
 	fi
+	objdump -p "$GDRP_PRELOAD" | awk '/Version definitions/ { d = 1 } d && $1 == 2 { print $4; exit }' |
+		grep -qx IBVERBS_1.0 || fail "IBVERBS_1.0 is not version index 2"
 	for sym in "ibv_reg_mr IBVERBS_1.1" "ibv_reg_mr_iova IBVERBS_1.7" "ibv_reg_mr_iova2 IBVERBS_1.8" \
 		"ibv_reg_dmabuf_mr IBVERBS_1.12" "ibv_rereg_mr IBVERBS_1.1" "ibv_dereg_mr IBVERBS_1.1" \
 		"ibv_dealloc_pd IBVERBS_1.1" "ibv_close_device IBVERBS_1.1"; do
@@ -90,6 +113,13 @@ binding)
 			fail "the preload does not find libibverbs' $1@$2"
 		fi
 	done
+	for sym in dlsym dlvsym; do
+		if bound "$tmp/test.log" "$tname" "$sym" GLIBC_2.34 libgdrcache-preload.so; then
+			pass "$sym@GLIBC_2.34 binds to the preload"
+		else
+			fail "$sym@GLIBC_2.34 does not bind to the preload"
+		fi
+	done
 	# Controls: the same check fails where it must.
 	LD_PRELOAD="$GDRP_SAN_RT" LD_BIND_NOW=1 LD_DEBUG=bindings "$test" --bind-only 2>"$tmp/none.log"
 	if bound "$tmp/none.log" "$tname" ibv_reg_mr IBVERBS_1.1 libibverbs.so.1; then
@@ -120,6 +150,125 @@ functional)
 		fail "GDRCACHE_STATS=1: no statistics of the library's cache (backend $backend)"
 	grep -Eq 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' \
 		"$tmp/err" && fail "sanitizer report"
+	grep -E '^gdrcache(-preload)?\[[0-9]+\] (error|warn):' "$tmp/err" &&
+		fail "error or warning lines for calls that end as they would without the preload"
+	;;
+functional44)
+	test=$1
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR44" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=1 \
+		"$test" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/out" "$tmp/err"
+	[ $rc -eq 77 ] && exit 77
+	objdump -T "$GDRP_FAKEDIR44/libibverbs.so.1" | grep -q 'IBVERBS_1.15' &&
+		fail "the rdma-core 44 fake has IBVERBS_1.15"
+	[ $rc -eq 0 ] || fail "test_preload over rdma-core 44's nodes exited $rc"
+	grep -Eq 'gdrcache-preload\[[0-9]+\] stats: cached [1-9]' "$tmp/err" ||
+		fail "no cached registrations over rdma-core 44's nodes"
+	grep -E '^gdrcache(-preload)?\[[0-9]+\] (error|warn):' "$tmp/err" &&
+		fail "error or warning lines"
+	;;
+dlopen)
+	dl=$1
+	objdump -p "$dl" | grep -E 'NEEDED +libibverbs' && fail "$(basename "$dl") links libibverbs"
+	mkdir "$tmp/lib" && ln -s "$GDRP_FAKEDIR/libibverbs.so.1" "$tmp/lib/libibverbs-nccl.so"
+	# dlopen by both names NCCL tries, by the fake's own path and by another path to the same
+	# file (what NCCL_IBVERBS_LIB names)
+	libs="libibverbs.so libibverbs.so.1 $GDRP_FAKEDIR/libibverbs.so.1 $tmp/lib/libibverbs-nccl.so"
+	for run in "cached new $GDRP_FAKEDIR $preload" "direct new $GDRP_FAKEDIR $GDRP_SAN_RT" \
+		"cached 44 $GDRP_FAKEDIR44 $preload" "direct 44 $GDRP_FAKEDIR44 $GDRP_SAN_RT" \
+		"disabled new $GDRP_FAKEDIR $preload disabled"; do
+		set -- $run
+		expect=$1 core=$2 dir=$3
+		shift 3
+		pre="$*" dis=
+		case $pre in *disabled) pre=${pre% disabled} dis=1 ;; esac
+		[ "$dir" = "$GDRP_FAKEDIR44" ] && l44="libibverbs.so.1 $GDRP_FAKEDIR44/libibverbs.so.1" || l44=$libs
+		echo "# $expect, rdma-core $core, LD_PRELOAD=$pre${dis:+, GDRCACHE_DISABLE=1}"
+		env -u GDRCACHE_LOG LD_PRELOAD="$pre" LD_LIBRARY_PATH="$dir" GDRCACHE_BACKEND=peermem \
+			${dis:+GDRCACHE_DISABLE=1} "$dl" --expect "$expect" --rdma-core "$core" $l44 \
+			2>"$tmp/err"
+		rc=$?
+		cat "$tmp/err"
+		[ $rc -eq 0 ] || fail "dl_prog --expect $expect over rdma-core $core exited $rc"
+		[ -s "$tmp/err" ] && fail "dl_prog wrote on stderr"
+	done
+	;;
+early)
+	early=$1
+	env -u GDRCACHE_LOG LD_PRELOAD="$GDRP_SAN_RT" LD_LIBRARY_PATH="$GDRP_FAKEDIR" "$early" \
+		--expect direct || fail "early_prog without the preload"
+	env -u GDRCACHE_LOG LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem \
+		"$early" --expect cached || fail "early_prog with the preload"
+	env -u GDRCACHE_LOG LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_DISABLE=1 \
+		"$early" --expect disabled || fail "early_prog with the preload and GDRCACHE_DISABLE=1"
+	;;
+next)
+	next=$1
+	LD_PRELOAD="$GDRP_SAN_RT" "$next" --expect libc || fail "next_prog without the preload"
+	LD_PRELOAD="$preload" "$next" --expect preload || fail "next_prog with the preload"
+	;;
+newnodes)
+	new=$1
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" LD_BIND_NOW=1 LD_DEBUG=bindings "$new" \
+		--bind-only 2>"$tmp/bind.log" || fail "new_prog did not load with the preload"
+	nname=$(basename "$new")
+	for sym in "ibv_reg_mr_ex IBVERBS_1.15" "ibv_reg_buf_mr IBVERBS_1.17"; do
+		set -- $sym
+		if bound "$tmp/bind.log" "$nname" "$1" "$2" libgdrcache-preload.so; then
+			pass "$1@$2 binds to the preload"
+		else
+			fail "$1@$2 does not bind to the preload"
+		fi
+	done
+	if bound "$tmp/bind.log" "$nname" ibv_alloc_buf IBVERBS_1.17 libibverbs.so.1; then
+		pass "ibv_alloc_buf@IBVERBS_1.17 (not a registration) stays libibverbs'"
+	else
+		fail "ibv_alloc_buf@IBVERBS_1.17 does not bind to libibverbs"
+	fi
+	env -u GDRCACHE_LOG LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem \
+		"$new" --expect cached 2>"$tmp/err" || fail "new_prog with the preload"
+	cat "$tmp/err"
+	[ -s "$tmp/err" ] && fail "new_prog wrote on stderr"
+	LD_PRELOAD="$GDRP_SAN_RT" LD_LIBRARY_PATH="$GDRP_FAKEDIR" "$new" --expect direct ||
+		fail "new_prog without the preload"
+	;;
+same)
+	same=$1
+	for dir in "$GDRP_FAKEDIR" "$GDRP_FAKEDIR44"; do
+		for b in peermem dmabuf; do
+			env -u GDRCACHE_LOG -u GDRCACHE_STATS LD_PRELOAD="$GDRP_SAN_RT" \
+				LD_LIBRARY_PATH="$dir" "$same" >"$tmp/out0" 2>"$tmp/err0"
+			rc0=$?
+			env -u GDRCACHE_LOG -u GDRCACHE_STATS LD_PRELOAD="$preload" LD_LIBRARY_PATH="$dir" \
+				GDRCACHE_BACKEND=$b "$same" >"$tmp/out1" 2>"$tmp/err1"
+			rc1=$?
+			[ $rc0 -eq 77 ] && exit 77
+			what="$(basename "$dir"), backend $b"
+			if [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && cmp -s "$tmp/out0" "$tmp/out1"; then
+				pass "$what: every call's outcome is the same with the preload"
+			else
+				fail "$what: outcomes differ (exit $rc0 / $rc1)"
+				diff "$tmp/out0" "$tmp/out1"
+			fi
+			if cmp -s "$tmp/err0" "$tmp/err1"; then
+				pass "$what: and so is stderr"
+			else
+				fail "$what: stderr differs"
+				diff "$tmp/err0" "$tmp/err1"
+			fi
+		done
+	done
+	cat "$tmp/out1"
+	# Control: the preload has things to say about these calls, at info.
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_LOG=info GDRCACHE_BACKEND=peermem \
+		"$same" >/dev/null 2>"$tmp/err1"
+	if grep -q 'gdrcache-preload\[[0-9]*\] info: ibv_rereg_mr of a cached MR: the provider refuses' \
+		"$tmp/err1"; then
+		pass "control: with GDRCACHE_LOG=info the preload says why"
+	else
+		fail "control: nothing said at GDRCACHE_LOG=info"
+	fi
 	;;
 disabled)
 	test=$1
@@ -142,7 +291,7 @@ old)
 		fail "old_prog without the preload failed"
 	;;
 *)
-	echo "usage: preload_test.sh binding|functional|disabled|old ..."
+	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same ..."
 	exit 2
 	;;
 esac

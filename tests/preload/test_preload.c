@@ -31,6 +31,7 @@ static uint64_t (*fcount)(const char *);
 static unsigned (*flive)(const struct ibv_pd *);
 static int (*fis_mr)(const struct ibv_mr *);
 static int (*finfo)(const struct ibv_mr *, int *, uint64_t *);
+static void (*fset_rereg)(int);
 
 static int failures;
 static bool disabled;
@@ -231,6 +232,7 @@ static void test_rereg(void)
 	char *h = malloc(4096);
 	struct ibv_mr *mr = ibv_reg_mr(pd, g1, 4096, IBV_ACCESS_LOCAL_WRITE), *ref, *plain;
 	uint64_t dereg0, rereg0;
+	unsigned live0;
 	int rc;
 
 	ref = ibv_reg_mr(pd, g2, 4096, IBV_ACCESS_LOCAL_WRITE);
@@ -249,6 +251,20 @@ static void test_rereg(void)
 	dereg0 = fcount("dereg");
 	CHECK(ibv_dereg_mr(mr) == 0 && fcount("dereg") == dereg0 + 1 && fcount("dereg_bad") == 0,
 	      "its ibv_dereg_mr deregisters that real MR");
+	/* What the provider says goes: flags 0 is refused by the kernel; a provider without rereg
+	 * (rxe, siw) refuses everything. The shadow stays as it was, no MR is left behind. */
+	live0 = flive(NULL);
+	errno = 0;
+	rc = ibv_rereg_mr(ref, 0, NULL, NULL, 0, 0);
+	CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EINVAL && flive(NULL) == live0,
+	      "flags 0: IBV_REREG_MR_ERR_CMD, EINVAL, as the provider answers (%d, %d)", rc, errno);
+	fset_rereg(0);
+	errno = 0;
+	rc = ibv_rereg_mr(ref, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, g1, 4096, 0);
+	CHECK(rc == IBV_REREG_MR_ERR_CMD && errno == EOPNOTSUPP && cached(ref) && ref->addr == g2 &&
+	      ref->length == 4096 && flive(NULL) == live0,
+	      "a provider without rereg: refused as it refuses (ERR_CMD, EOPNOTSUPP), MR unchanged");
+	fset_rereg(1);
 	plain = ibv_reg_mr(pd, h, 4096, IBV_ACCESS_LOCAL_WRITE);
 	rereg0 = fcount("rereg");
 	rc = ibv_rereg_mr(plain, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
@@ -383,7 +399,8 @@ int main(int argc, char **argv)
 	*(void **)&flive = dlsym(RTLD_DEFAULT, "fake_ibv_live_mrs");
 	*(void **)&fis_mr = dlsym(RTLD_DEFAULT, "fake_ibv_is_mr");
 	*(void **)&finfo = dlsym(RTLD_DEFAULT, "fake_ibv_mr_info");
-	if (!fcount || !flive || !fis_mr || !finfo) {
+	*(void **)&fset_rereg = dlsym(RTLD_DEFAULT, "fake_ibv_set_rereg");
+	if (!fcount || !flive || !fis_mr || !finfo || !fset_rereg) {
 		printf("test_preload: not running over the fake libibverbs (LD_LIBRARY_PATH)\n");
 		return 77;
 	}

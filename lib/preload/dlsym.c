@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dlsym and dlvsym, so that programs which dlopen libibverbs and resolve its registration
+ * functions themselves (NCCL: dlopen("libibverbs.so"), dlvsym(handle, name, "IBVERBS_1.1"),
+ * ibv_reg_mr_iova2 at IBVERBS_1.8, ibv_reg_dmabuf_mr at IBVERBS_1.12) get the preload's
+ * interposers, as a program linked against libibverbs does.
+ *
+ * The preload exports both under glibc's version nodes (dlsym@@GLIBC_2.34 and the compat node a
+ * program linked against glibc < 2.34 refers to: GLIBC_2.2.5 on x86-64, GLIBC_2.17 on aarch64;
+ * libgdrcache-preload.map), so every reference in the process binds here first. Each is a few
+ * instructions that save the arguments, ask a route (C) which function the call should go to,
+ * restore the arguments and JUMP there: the function reached sees the caller's return address,
+ * from which glibc computes what RTLD_NEXT means (and RTLD_DEFAULT's namespace). A forwarder
+ * written in C is a tail call only when the optimiser makes it one (-O0 and ASan builds do not),
+ * and would make every RTLD_NEXT lookup relative to this library.
+ *
+ * The routes: RTLD_NEXT, and any name that is not an "ibv_" one, go straight to the real function
+ * (what the lookups by the sanitizer runtimes, libgdrcache and everyone else meet). An "ibv_" name
+ * looked up in a handle or RTLD_DEFAULT goes to a lookup that asks the real function and hands the
+ * result to gdrp_verbs_lookup() (interpose.c): libibverbs' own definition of an interposed entry
+ * point becomes the preload's interposer of that definition, so each version node maps to its own.
+ *
+ * The real functions: libc's dlsym / dlvsym, found by reading libc.so.6's symbol table through the
+ * link map (this library defines both names, and the routes run before any constructor: inside
+ * the sanitizer runtimes' start-up, which look up what they intercept with dlsym(RTLD_NEXT, ...)
+ * and find ours), then asked for the next definitions after this library (another interposer's,
+ * usually libc's own). Nothing on that path may be instrumented: GDRP_NO_SANITIZE.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "preload.h"
+
+#define GDRP_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+
+typedef void *(*dlsym_fn)(void *, const char *);
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+
+static dlsym_fn real_dlsym;
+static dlvsym_fn real_dlvsym;
+
+/* No libc string functions here: the sanitizers intercept them, and this runs before they start. */
+static GDRP_NO_SANITIZE bool streq(const char *a, const char *b)
+{
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+static GDRP_NO_SANITIZE bool is_libc(const char *path)
+{
+	const char *base = path;
+
+	for (const char *p = path; *p; p++)
+		if (*p == '/')
+			base = p + 1;
+	return streq(base, "libc.so.6");
+}
+
+/* The default-version definition of name in a loaded object, from its GNU hash table. */
+static GDRP_NO_SANITIZE void *elf_lookup(const struct link_map *l, const char *name)
+{
+	const ElfW(Sym) *symtab = NULL;
+	const ElfW(Half) *versym = NULL;
+	const uint32_t *gnu = NULL;
+	const char *strtab = NULL;
+	uint32_t h = 5381;
+
+	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
+		/* glibc relocates these in place where the dynamic section is writable */
+		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
+
+		switch (d->d_tag) {
+		case DT_SYMTAB: symtab = (const void *)p; break;
+		case DT_STRTAB: strtab = (const void *)p; break;
+		case DT_GNU_HASH: gnu = (const void *)p; break;
+		case DT_VERSYM: versym = (const void *)p; break;
+		}
+	}
+	if (!symtab || !strtab || !gnu)
+		return NULL;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = h * 33 + *c;
+
+	uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_size = gnu[2];
+	const ElfW(Addr) *bloom = (const void *)&gnu[4];
+	const uint32_t *buckets = (const void *)&bloom[bloom_size];
+	const uint32_t *chain = &buckets[nbuckets];
+
+	for (uint32_t i = buckets[h % nbuckets]; i >= symoffset; i++) {
+		uint32_t ch = chain[i - symoffset];
+
+		/* versym bit 15: hidden, a non-default version (dlsym@GLIBC_2.2.5) */
+		if ((ch | 1) == (h | 1) && symtab[i].st_shndx != SHN_UNDEF &&
+		    streq(strtab + symtab[i].st_name, name) && (!versym || !(versym[i] & 0x8000)))
+			return (void *)(l->l_addr + symtab[i].st_value);
+		if (ch & 1)
+			break;
+	}
+	return NULL;
+}
+
+/* Idempotent: threads racing here store the same values. */
+static GDRP_NO_SANITIZE void real_init(void)
+{
+	dlvsym_fn lv = NULL, nv;
+	dlsym_fn ls = NULL, ns;
+
+	if (__atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE))
+		return;
+	for (const struct link_map *l = _r_debug.r_map; l; l = l->l_next) {
+		if (l->l_name && is_libc(l->l_name)) {
+			lv = (dlvsym_fn)elf_lookup(l, "dlvsym");
+			ls = (dlsym_fn)elf_lookup(l, "dlsym");
+			break;
+		}
+	}
+	if (!lv || !ls)
+		return; /* not glibc: every lookup fails (no_dlsym) */
+	/* Called from here, RTLD_NEXT means "after this library". */
+	nv = (dlvsym_fn)lv(RTLD_NEXT, "dlvsym", "GLIBC_2.34");
+	ns = (dlsym_fn)lv(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	__atomic_store_n(&real_dlvsym, nv ? nv : lv, __ATOMIC_RELEASE);
+	__atomic_store_n(&real_dlsym, ns ? ns : ls, __ATOMIC_RELEASE);
+}
+
+/* Never a tail call (the empty asm uses the result): glibc counts RTLD_NEXT from the return
+ * address, which must be in this library, not in whoever called into it. */
+void *gdrp_real_dlsym(void *h, const char *name)
+{
+	dlsym_fn f;
+	void *r;
+
+	real_init();
+	f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
+	r = f ? f(h, name) : NULL;
+	__asm__ volatile("" : "+r"(r));
+	return r;
+}
+
+void *gdrp_real_dlvsym(void *h, const char *name, const char *version)
+{
+	dlvsym_fn f;
+	void *r;
+
+	real_init();
+	f = __atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE);
+	r = f ? f(h, name, version) : NULL;
+	__asm__ volatile("" : "+r"(r));
+	return r;
+}
+
+/* ---- The routes (the trampolines below jump where these say) --------------------------------- */
+
+static void *no_dlsym(void *h, const char *name)
+{
+	(void)h, (void)name;
+	return NULL;
+}
+
+static void *no_dlvsym(void *h, const char *name, const char *version)
+{
+	(void)h, (void)name, (void)version;
+	return NULL;
+}
+
+/* A lookup in a handle or RTLD_DEFAULT that may meet one of libibverbs' interposed definitions. */
+static void *verbs_dlsym(void *h, const char *name)
+{
+	return gdrp_verbs_lookup(gdrp_real_dlsym(h, name), name, NULL);
+}
+
+static void *verbs_dlvsym(void *h, const char *name, const char *version)
+{
+	return gdrp_verbs_lookup(gdrp_real_dlvsym(h, name, version), name, version);
+}
+
+static GDRP_NO_SANITIZE bool verbs_name(void *h, const char *name)
+{
+	return h != RTLD_NEXT && name && name[0] == 'i' && name[1] == 'b' && name[2] == 'v' &&
+	       name[3] == '_';
+}
+
+GDRP_NO_SANITIZE void *gdrp_dlsym_route(void *h, const char *name);
+GDRP_NO_SANITIZE void *gdrp_dlsym_route(void *h, const char *name)
+{
+	dlsym_fn f;
+
+	real_init();
+	f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
+	if (!f)
+		return (void *)no_dlsym;
+	return verbs_name(h, name) ? (void *)verbs_dlsym : (void *)f;
+}
+
+GDRP_NO_SANITIZE void *gdrp_dlvsym_route(void *h, const char *name, const char *version);
+GDRP_NO_SANITIZE void *gdrp_dlvsym_route(void *h, const char *name, const char *version)
+{
+	dlvsym_fn f;
+
+	(void)version;
+	real_init();
+	f = __atomic_load_n(&real_dlvsym, __ATOMIC_ACQUIRE);
+	if (!f)
+		return (void *)no_dlvsym;
+	return verbs_name(h, name) ? (void *)verbs_dlvsym : (void *)f;
+}
+
+/* ---- The exported entries --------------------------------------------------------------------- *
+ * Two labels per entry: gdrp_dlsym_234 becomes dlsym@@GLIBC_2.34, gdrp_dlsym_compat the compat
+ * dlsym@GLIBC_2.2.5 / @GLIBC_2.17 (GDRP_GLIBC_COMPAT, from CMake, as in the map). The labels
+ * themselves stay local (the map's "local: *"). */
+#define GDRP_STR_(x) #x
+#define GDRP_STR(x) GDRP_STR_(x)
+#define GDRP_ENTRY(name)                                                                           \
+	".p2align 4\n\t"                                                                           \
+	".globl gdrp_" name "_234\n\t"                                                             \
+	".type gdrp_" name "_234, @function\n\t"                                                   \
+	".globl gdrp_" name "_compat\n\t"                                                          \
+	".type gdrp_" name "_compat, @function\n"                                                  \
+	"gdrp_" name "_234:\n"                                                                     \
+	"gdrp_" name "_compat:\n\t"
+#define GDRP_END(name)                                                                             \
+	".size gdrp_" name "_234, .-gdrp_" name "_234\n\t"                                         \
+	".size gdrp_" name "_compat, .-gdrp_" name "_compat\n\t"                                   \
+	".symver gdrp_" name "_234, " name "@@GLIBC_2.34\n\t"                                      \
+	".symver gdrp_" name "_compat, " name "@" GDRP_STR(GDRP_GLIBC_COMPAT) "\n\t"
+
+#if defined(__x86_64__)
+#ifdef __CET__
+#define GDRP_ENDBR "endbr64\n\t"
+#else
+#define GDRP_ENDBR ""
+#endif
+/* On entry %rsp is 8 past a 16-byte boundary: two pushes and 8 bytes (dlsym), three pushes
+ * (dlvsym) realign it for the call. */
+__asm__(".text\n\t"
+	GDRP_ENTRY("dlsym")
+	".cfi_startproc\n\t"
+	GDRP_ENDBR
+	"pushq %rdi\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"pushq %rsi\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"subq $8, %rsp\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"call gdrp_dlsym_route\n\t"
+	"addq $8, %rsp\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"popq %rsi\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"popq %rdi\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"jmp *%rax\n\t"
+	".cfi_endproc\n\t"
+	GDRP_END("dlsym")
+	GDRP_ENTRY("dlvsym")
+	".cfi_startproc\n\t"
+	GDRP_ENDBR
+	"pushq %rdi\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"pushq %rsi\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"pushq %rdx\n\t"
+	".cfi_adjust_cfa_offset 8\n\t"
+	"call gdrp_dlvsym_route\n\t"
+	"popq %rdx\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"popq %rsi\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"popq %rdi\n\t"
+	".cfi_adjust_cfa_offset -8\n\t"
+	"jmp *%rax\n\t"
+	".cfi_endproc\n\t"
+	GDRP_END("dlvsym")
+	".previous");
+#elif defined(__aarch64__)
+/* hint #34 is "bti c" (a no-op without BTI); x16 may branch to a "bti c" landing pad. The frame
+ * record keeps unwinders and profilers walking through; x30 is restored before the branch, so the
+ * function reached returns to our caller. */
+__asm__(".text\n\t"
+	GDRP_ENTRY("dlsym")
+	".cfi_startproc\n\t"
+	"hint #34\n\t"
+	"stp x29, x30, [sp, #-32]!\n\t"
+	".cfi_def_cfa_offset 32\n\t"
+	".cfi_offset 29, -32\n\t"
+	".cfi_offset 30, -24\n\t"
+	"mov x29, sp\n\t"
+	"stp x0, x1, [sp, #16]\n\t"
+	"bl gdrp_dlsym_route\n\t"
+	"mov x16, x0\n\t"
+	"ldp x0, x1, [sp, #16]\n\t"
+	"ldp x29, x30, [sp], #32\n\t"
+	".cfi_restore 29\n\t"
+	".cfi_restore 30\n\t"
+	".cfi_def_cfa_offset 0\n\t"
+	"br x16\n\t"
+	".cfi_endproc\n\t"
+	GDRP_END("dlsym")
+	GDRP_ENTRY("dlvsym")
+	".cfi_startproc\n\t"
+	"hint #34\n\t"
+	"stp x29, x30, [sp, #-48]!\n\t"
+	".cfi_def_cfa_offset 48\n\t"
+	".cfi_offset 29, -48\n\t"
+	".cfi_offset 30, -40\n\t"
+	"mov x29, sp\n\t"
+	"stp x0, x1, [sp, #16]\n\t"
+	"str x2, [sp, #32]\n\t"
+	"bl gdrp_dlvsym_route\n\t"
+	"mov x16, x0\n\t"
+	"ldp x0, x1, [sp, #16]\n\t"
+	"ldr x2, [sp, #32]\n\t"
+	"ldp x29, x30, [sp], #48\n\t"
+	".cfi_restore 29\n\t"
+	".cfi_restore 30\n\t"
+	".cfi_def_cfa_offset 0\n\t"
+	"br x16\n\t"
+	".cfi_endproc\n\t"
+	GDRP_END("dlvsym")
+	".previous");
+#else
+#error "libgdrcache-preload: dlsym/dlvsym trampolines exist for x86_64 and aarch64 only"
+#endif
