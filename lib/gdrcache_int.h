@@ -23,6 +23,9 @@
 
 /* ---- log.c ---------------------------------------------------------------------------------- */
 extern int gdr_log_level;  /* process-wide; read and written with __atomic */
+/* Per call site: the first GDR_LOG_BURST lines, then one per GDR_LOG_INTERVAL_S seconds (log.c). */
+#define GDR_LOG_BURST 10
+#define GDR_LOG_INTERVAL_S 5
 void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define gdr_log(level, ...)                                                    \
