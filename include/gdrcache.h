@@ -23,7 +23,8 @@
  * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
  * touches errno. Bad input is refused with the error named in its comment and a log line.
  *
- * Environment (read once, at the first gdr_cache_create; explicit attributes override it):
+ * Environment (read once, at the first gdr_cache_create; explicit attributes override it; a
+ * malformed value makes gdr_cache_create fail with -EINVAL and a log line naming it):
  *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (suffixes K, M, G; default 4G)
  *   GDRCACHE_MAX_ENTRIES   most cached entries (default 4096)
  *   GDRCACHE_MAX_PIN_BYTES whole allocations up to this size are pinned whole (default 256M);
@@ -111,7 +112,8 @@ enum gdr_mem_kind {
 
 /*
  * Create a cache. attr may be NULL (environment and defaults). Returns 0 and *cache, or
- * -EINVAL (NULL cache, unknown field bits, reserved != 0, a zero limit, an unknown backend or mode),
+ * -EINVAL (NULL cache, unknown field bits, reserved != 0, a zero limit, an unknown backend or mode,
+ * a malformed GDRCACHE_* variable),
  * -ENODEV (the backend asked for explicitly is unavailable: module not loaded, no CUDA driver),
  * -ENOMEM.
  * A process without libcuda gets a working cache: host memory passes through; GPU paths report

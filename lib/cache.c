@@ -171,6 +171,10 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 	}
 	*out = NULL;
 	cfg = *gdr_config_get();
+	if (cfg.bad) {
+		gdr_err("%s is malformed (see above): no cache is created", cfg.bad);
+		return -EINVAL;
+	}
 	if (attr) {
 		rc = apply_attr(&cfg, attr);
 		if (rc)

@@ -1,25 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /* Configuration: one table of GDRCACHE_* environment variables, read once per process. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "gdrcache/uapi.h"
 #include "gdrcache_int.h"
 
+/* A decimal (or 0x-prefixed hexadecimal) number, optionally with K/M/G/T (and i/B): nothing
+ * else, no sign, no blank, and leading zeros do not make it octal. */
 int gdr_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
 	unsigned shift = 0;
+	int base = 10;
 
-	if (!s || !*s || *s == '-')
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		base = 16;
 	errno = 0;
-	v = strtoull(s, &end, 0);
+	v = strtoull(s, &end, base);
 	if (errno || end == s)
 		return -EINVAL;
 	switch (*end) {
@@ -124,15 +131,33 @@ static const struct {
 	const char *what;
 } table[] = {
 	{ "GDRCACHE_LOG", parse_log, &config.log_level, "none|error|warn|info|debug" },
-	{ "GDRCACHE_MAX_BYTES", parse_nonzero_size, &config.max_bytes, "a size > 0" },
-	{ "GDRCACHE_MAX_ENTRIES", parse_nonzero_size, &config.max_entries, "a count > 0" },
-	{ "GDRCACHE_MAX_PIN_BYTES", parse_nonzero_size, &config.max_pin_bytes, "a size > 0" },
+	{ "GDRCACHE_MAX_BYTES", parse_nonzero_size, &config.max_bytes,
+	  "a size > 0: digits, then K, M, G or T (e.g. 4G)" },
+	{ "GDRCACHE_MAX_ENTRIES", parse_nonzero_size, &config.max_entries, "a count > 0 (digits)" },
+	{ "GDRCACHE_MAX_PIN_BYTES", parse_nonzero_size, &config.max_pin_bytes,
+	  "a size > 0: digits, then K, M, G or T (e.g. 256M)" },
 	{ "GDRCACHE_BACKEND", parse_backend, &config.backend, "auto|kmod|dmabuf|peermem" },
-	{ "GDRCACHE_VALIDATE", parse_validate, &config.validate, "auto" },
+	{ "GDRCACHE_VALIDATE", parse_validate, &config.validate, "auto|tag|events" },
 	{ "GDRCACHE_STATS", parse_bool, &config.stats, "0|1" },
 	{ "GDRCACHE_KMOD_DEV", parse_path, config.kmod_dev, "a path" },
 	{ "GDRCACHE_LIBCUDA", parse_path, config.libcuda, "a file name" },
 };
+
+/* GDRCACHE_* names read outside the table (the preload library's, test knobs). */
+static const char *const other_names[] = {
+	"GDRCACHE_DISABLE", "GDRCACHE_NO_MEMBARRIER",
+};
+
+static bool known(const char *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (strlen(table[i].name) == len && !strncmp(table[i].name, name, len))
+			return true;
+	for (size_t i = 0; i < sizeof(other_names) / sizeof(other_names[0]); i++)
+		if (strlen(other_names[i]) == len && !strncmp(other_names[i], name, len))
+			return true;
+	return false;
+}
 
 static void config_read(void)
 {
@@ -141,11 +166,23 @@ static void config_read(void)
 
 		if (!s)
 			continue;
-		if (table[i].parse(s, table[i].field))
-			gdr_warn("%s=\"%s\" is not %s: using the default", table[i].name, s,
-				 table[i].what);
+		if (table[i].parse(s, table[i].field)) {
+			gdr_err("%s=\"%s\" is malformed: it must be %s; no cache can be created until "
+				"it is fixed", table[i].name, s, table[i].what);
+			if (!config.bad)
+				config.bad = table[i].name;
+		}
 		if (table[i].field == &config.log_level)
 			__atomic_store_n(&gdr_log_level, config.log_level, __ATOMIC_RELAXED);
+	}
+	for (char **e = environ; e && *e; e++) {
+		const char *eq = strchr(*e, '=');
+
+		if (!strncmp(*e, "GDRCACHE_", 9) && eq && !known(*e, (size_t)(eq - *e)))
+			gdr_warn("unknown variable %.*s ignored (a typo? GDRCACHE_LOG, GDRCACHE_MAX_BYTES, "
+				 "GDRCACHE_MAX_ENTRIES, GDRCACHE_MAX_PIN_BYTES, GDRCACHE_BACKEND, "
+				 "GDRCACHE_VALIDATE, GDRCACHE_STATS, GDRCACHE_KMOD_DEV, GDRCACHE_LIBCUDA "
+				 "are known)", (int)(eq - *e), *e);
 	}
 }
 

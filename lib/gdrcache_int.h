@@ -56,8 +56,11 @@ struct gdr_config {
 	bool stats;
 	char kmod_dev[256];
 	char libcuda[256];
+	const char *bad;           /* the first malformed variable's name: caches are refused */
 };
-/* The environment, parsed once. Invalid values are logged and replaced by the default. */
+/* The environment, parsed once. A malformed value is logged (naming the variable and the form it
+ * must take) and recorded in ->bad: gdr_cache_create then fails with -EINVAL. Unknown GDRCACHE_*
+ * names are warned about once. */
 const struct gdr_config *gdr_config_get(void);
 /* Parse a size with optional K/M/G/T suffix. Returns 0 or -EINVAL. */
 int gdr_parse_size(const char *s, uint64_t *out);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Configuration: the GDRCACHE_* environment is parsed once, bad values fall back to defaults,
- * explicit attributes override it; GDRCACHE_STATS=1 prints statistics. */
+/* Configuration: the GDRCACHE_* environment is parsed once and strictly (a malformed value makes
+ * gdr_cache_create fail with -EINVAL, an unknown GDRCACHE_* name is warned about), explicit
+ * attributes override it; GDRCACHE_STATS=1 prints statistics. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,8 +32,15 @@ static void test_parse_size(void **state)
 	assert_int_equal(v, 3ULL << 30);
 	assert_int_equal(gdr_parse_size("0x10", &v), 0);
 	assert_int_equal(v, 16);
+	assert_int_equal(gdr_parse_size("010M", &v), 0); /* decimal, not octal */
+	assert_int_equal(v, 10 << 20);
 	assert_int_equal(gdr_parse_size("", &v), -EINVAL);
 	assert_int_equal(gdr_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(gdr_parse_size(" -1", &v), -EINVAL); /* was 2^64 - 1 */
+	assert_int_equal(gdr_parse_size("+5", &v), -EINVAL);
+	assert_int_equal(gdr_parse_size(" 5", &v), -EINVAL);
+	assert_int_equal(gdr_parse_size("1.5G", &v), -EINVAL);
+	assert_int_equal(gdr_parse_size("abc", &v), -EINVAL);
 	assert_int_equal(gdr_parse_size("12Q", &v), -EINVAL);
 	assert_int_equal(gdr_parse_size("99999999999T", &v), -EINVAL);
 }
@@ -45,8 +53,9 @@ static void test_environment(void **state)
 
 	(void)state;
 	assert_int_equal(cfg->max_bytes, 3ULL << 20);
-	assert_int_equal(cfg->max_entries, 4096);        /* "lots" is refused: default */
-	assert_int_equal(cfg->max_pin_bytes, 256ULL << 20); /* "0" is refused: default */
+	assert_int_equal(cfg->max_entries, 100);
+	assert_int_equal(cfg->max_pin_bytes, 256ULL << 20); /* unset: the default */
+	assert_null(cfg->bad);
 	assert_int_equal(cfg->backend, GDR_BACKEND_PEERMEM);
 	assert_int_equal(cfg->log_level, GDR_LOG_ERROR);
 	assert_int_equal(gdr_log_level, GDR_LOG_ERROR);
@@ -91,12 +100,82 @@ static void test_stats_printed_at_exit(void **state)
 	assert_non_null(strstr(out, "passthrough 0"));
 }
 
+/* Runs this program again with name=value in its environment and the given mode; its exit status
+ * (77 where it cannot exec itself), and what it wrote to stderr in err (if not NULL). */
+static int child(const char *mode, const char *name, const char *value, char *err, size_t n)
+{
+	int p[2], status;
+	ssize_t r, total = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	if (!pid) {
+		dup2(p[1], 2);
+		setenv("GDRCACHE_LOG", "warn", 1); /* ctest sets error: warnings are what is checked */
+		setenv(name, value, 1);
+		execl("/proc/self/exe", "test_config", mode, name, (char *)NULL);
+		_exit(77);
+	}
+	close(p[1]);
+	while ((r = read(p[0], err ? err + total : (char[256]){ 0 },
+			 err ? n - 1 - (size_t)total : 255)) > 0)
+		total += err ? r : 0;
+	if (err)
+		err[total] = '\0';
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+/* Every malformed value: no cache, -EINVAL, a message naming the variable. */
+static void test_malformed_refused(void **state)
+{
+	static const char *const bad[][2] = {
+		{ "GDRCACHE_MAX_BYTES", "abc" },      { "GDRCACHE_MAX_BYTES", " -1" },
+		{ "GDRCACHE_MAX_BYTES", "1.5G" },     { "GDRCACHE_MAX_BYTES", "0" },
+		{ "GDRCACHE_MAX_ENTRIES", "lots" },   { "GDRCACHE_MAX_PIN_BYTES", "-4M" },
+		{ "GDRCACHE_BACKEND", "dmabuff" },    { "GDRCACHE_VALIDATE", "event" },
+		{ "GDRCACHE_LOG", "verbose" },        { "GDRCACHE_STATS", "maybe" },
+	};
+	char err[4096];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = child("--refused", bad[i][0], bad[i][1], err, sizeof(err));
+
+		if (rc == 77)
+			skip();
+		if (rc)
+			fail_msg("%s=\"%s\" was not refused", bad[i][0], bad[i][1]);
+		if (!strstr(err, bad[i][0]) || !strstr(err, "must be"))
+			fail_msg("%s=\"%s\": no message naming it: %s", bad[i][0], bad[i][1], err);
+	}
+}
+
+/* An unknown GDRCACHE_* name (a typo): warned about, the cache still made. */
+static void test_unknown_name_warned(void **state)
+{
+	char err[4096];
+	int rc;
+	(void)state;
+
+	rc = child("--typo", "GDRCACHE_MAX_BYTE", "1G", err, sizeof(err));
+	if (rc == 77)
+		skip();
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(err, "unknown variable GDRCACHE_MAX_BYTE "));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_environment),
 		cmocka_unit_test(test_stats_printed_at_exit),
+		cmocka_unit_test(test_malformed_refused),
+		cmocka_unit_test(test_unknown_name_warned),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {
@@ -105,9 +184,19 @@ int main(int argc, char **argv)
 		/* Leave the cache alive: its statistics must be printed at exit. */
 		return gdr_cache_create(NULL, &c) ? 1 : 0;
 	}
+	if (argc > 2 && !strcmp(argv[1], "--refused")) {
+		struct gdr_cache *c = NULL;
+		int rc = gdr_cache_create(NULL, &c);
+
+		return rc == -EINVAL && !c ? 0 : 1;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--typo")) {
+		struct gdr_cache *c;
+
+		return gdr_cache_create(NULL, &c) || gdr_cache_destroy(c) ? 1 : 0;
+	}
 	setenv("GDRCACHE_MAX_BYTES", "3M", 1);
-	setenv("GDRCACHE_MAX_ENTRIES", "lots", 1);
-	setenv("GDRCACHE_MAX_PIN_BYTES", "0", 1);
+	setenv("GDRCACHE_MAX_ENTRIES", "100", 1);
 	setenv("GDRCACHE_BACKEND", "peermem", 1);
 	setenv("GDRCACHE_LOG", "error", 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
