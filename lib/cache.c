@@ -208,6 +208,12 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 	}
 	lock_init(&c->lock);
 	gdr_thr_cache_init(c);
+	gdr_log_once(GDR_LOG_INFO, "libgdrcache %d.%d.%d: CUDA driver %s, backend %s, validation %s; "
+		     "max_bytes %llu, max_entries %llu, max_pin_bytes %llu", GDR_VERSION_MAJOR,
+		     GDR_VERSION_MINOR, GDR_VERSION_PATCH, c->cuda_ok ? "loaded" : "absent",
+		     c->backend->ops->name, c->validator->name,
+		     (unsigned long long)c->cfg.max_bytes, (unsigned long long)c->cfg.max_entries,
+		     (unsigned long long)c->cfg.max_pin_bytes);
 	gdr_stats_track(c);
 	*out = c;
 	return 0;

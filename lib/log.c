@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Logging: one macro with levels (gdrcache_int.h), written to stderr with function and line.
+ * Logging: one macro with levels (gdrcache_int.h), written to stderr as
+ *   gdrcache[PID:TID] YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL: message (function:line)
  *
  * Lines never flood: each call site (function and line) prints its first GDR_LOG_BURST lines, then
  * at most one line per GDR_LOG_INTERVAL_S seconds, which says how many like it were suppressed
@@ -13,6 +14,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,10 +93,23 @@ void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (suppressed)
-		fprintf(stderr, "gdrcache[%d] %s: %s (%s:%d; %llu more like this suppressed)\n",
-			(int)getpid(), name, msg, func, line, (unsigned long long)suppressed);
-	else
-		fprintf(stderr, "gdrcache[%d] %s: %s (%s:%d)\n", (int)getpid(), name, msg, func, line);
+	{
+		struct timespec ts;
+		struct tm tm;
+		char when[32];
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+		if (suppressed)
+			fprintf(stderr, "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d; %llu more like this "
+				"suppressed)\n", (int)getpid(), (long)syscall(SYS_gettid), when,
+				ts.tv_nsec / 1000000, name, msg, func, line,
+				(unsigned long long)suppressed);
+		else
+			fprintf(stderr, "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d)\n", (int)getpid(),
+				(long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name, msg, func,
+				line);
+	}
 	errno = saved;
 }
