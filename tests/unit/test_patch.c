@@ -62,7 +62,8 @@ TARGETS(X)
 	"push %rbp\nmov %rsp, %rbp\npush %r12\nsub $8, %rsp\ncmpl $0x12345678, patch_test_flag(%rip)\n" \
 	"call patch_test_body\nadd $8, %rsp\npop %r12\npop %rbp\nret\n"
 #define LIBCUDA_TARGET(name, skip)                                                                 \
-	ASM_FN(name) ".p2align 4\n.skip " #skip ", 0xcc\n" #name ":\n" LIBCUDA_BODY           \
+	ASM_FN(name) ".p2align 4\n.if " #skip "\n.skip " #skip ", 0xcc\n.endif\n" #name ":\n"      \
+	LIBCUDA_BODY                                                                               \
 	".size " #name ", . - " #name "\n"
 __asm__(".text\n"
 	LIBCUDA_TARGET(t_basic, 0)
