@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -183,6 +184,50 @@ static void config_read(void)
 				 "GDRCACHE_MAX_ENTRIES, GDRCACHE_MAX_PIN_BYTES, GDRCACHE_BACKEND, "
 				 "GDRCACHE_VALIDATE, GDRCACHE_STATS, GDRCACHE_KMOD_DEV, GDRCACHE_LIBCUDA "
 				 "are known)", (int)(eq - *e), *e);
+	}
+}
+
+/* The value of table entry i in cfg, as text. */
+static void format(size_t i, const struct gdr_config *cfg, char *buf, size_t n)
+{
+	const char *f = table[i].name;
+
+	if (!strcmp(f, "GDRCACHE_LOG"))
+		snprintf(buf, n, "%s", log_names[cfg->log_level]);
+	else if (!strcmp(f, "GDRCACHE_MAX_BYTES"))
+		snprintf(buf, n, "%" PRIu64, cfg->max_bytes);
+	else if (!strcmp(f, "GDRCACHE_MAX_ENTRIES"))
+		snprintf(buf, n, "%" PRIu64, cfg->max_entries);
+	else if (!strcmp(f, "GDRCACHE_MAX_PIN_BYTES"))
+		snprintf(buf, n, "%" PRIu64, cfg->max_pin_bytes);
+	else if (!strcmp(f, "GDRCACHE_BACKEND"))
+		snprintf(buf, n, "%s", backend_names[cfg->backend]);
+	else if (!strcmp(f, "GDRCACHE_VALIDATE"))
+		snprintf(buf, n, "%s", validate_names[cfg->validate]);
+	else if (!strcmp(f, "GDRCACHE_STATS"))
+		snprintf(buf, n, "%d", cfg->stats);
+	else if (!strcmp(f, "GDRCACHE_KMOD_DEV"))
+		snprintf(buf, n, "%s", cfg->kmod_dev);
+	else
+		snprintf(buf, n, "%s", cfg->libcuda);
+}
+
+void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
+				const char *dflt, bool set, void *arg), void *arg)
+{
+	static const struct gdr_config dflt = {
+		.max_bytes = 4ULL << 30, .max_entries = 4096, .max_pin_bytes = 256ULL << 20,
+		.backend = GDR_BACKEND_AUTO, .validate = GDR_VALIDATE_AUTO,
+		.log_level = GDR_LOG_WARN, .kmod_dev = "/dev/" GDRCACHE_DEVICE_NAME,
+		.libcuda = "libcuda.so.1",
+	};
+	const struct gdr_config *cfg = gdr_config_get();
+	char v[300], d[300];
+
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		format(i, cfg, v, sizeof(v));
+		format(i, &dflt, d, sizeof(d));
+		fn(table[i].name, table[i].what, v, d, getenv(table[i].name) != NULL, arg);
 	}
 }
 

@@ -62,6 +62,10 @@ struct gdr_config {
  * must take) and recorded in ->bad: gdr_cache_create then fails with -EINVAL. Unknown GDRCACHE_*
  * names are warned about once. */
 const struct gdr_config *gdr_config_get(void);
+/* fn for every variable of the table: its name, the form it takes, its effective value and its
+ * default as text, and whether the environment sets it (gdrcache_info). */
+void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
+				const char *dflt, bool set, void *arg), void *arg);
 /* Parse a size with optional K/M/G/T suffix. Returns 0 or -EINVAL. */
 int gdr_parse_size(const char *s, uint64_t *out);
 
