@@ -60,6 +60,10 @@
 
 #ifdef GDR_USE_NV_P2P_H
 #include "nv-p2p.h"
+/* nv-p2p.h of 535 and older has no flag names; its persistent calls take 0 (else -EINVAL). */
+#ifndef NVIDIA_P2P_FLAGS_DEFAULT
+#define NVIDIA_P2P_FLAGS_DEFAULT 0
+#endif
 #else
 #include "nv_p2p_abi.h"
 #endif
