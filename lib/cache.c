@@ -1673,9 +1673,10 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	reclaim(c);
 	cache_unlock_plain(c);
 
-	/* Out of the live list first: the hooks of the driver's frees walk it (under its lock). */
-	gdr_thr_cache_fini(c);
+	/* The statistics first (they sum the per-thread counters that fini frees), then out of the
+	 * live list: the hooks of the driver's frees walk it (under its lock). */
 	gdr_stats_untrack(c);
+	gdr_thr_cache_fini(c);
 	c->backend->ops->close(c->backend);
 	HASH_ITER(hh, c->synced, s, st) {
 		HASH_DEL(c->synced, s);

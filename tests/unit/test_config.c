@@ -168,6 +168,23 @@ static void test_unknown_name_warned(void **state)
 	assert_non_null(strstr(err, "unknown variable GDRCACHE_MAX_BYTE "));
 }
 
+/* The statistics printed at gdr_cache_destroy count the lock-free hits (they were summed after
+ * the per-thread counters were freed: 0). */
+static void test_stats_at_destroy_count_hits(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--destroy-stats", "GDRCACHE_STATS", "1", err, sizeof(err));
+	if (rc == 77)
+		skip();
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(err, "stats (destroy"));
+	assert_non_null(strstr(err, " hits 2 misses 1 "));
+	assert_non_null(strstr(err, "fast_hits 2 "));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,6 +193,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stats_printed_at_exit),
 		cmocka_unit_test(test_malformed_refused),
 		cmocka_unit_test(test_unknown_name_warned),
+		cmocka_unit_test(test_stats_at_destroy_count_hits),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {
@@ -189,6 +207,21 @@ int main(int argc, char **argv)
 		int rc = gdr_cache_create(NULL, &c);
 
 		return rc == -EINVAL && !c ? 0 : 1;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--destroy-stats")) {
+		struct gdr_cache *c;
+		struct gdr_region *r;
+		uint64_t a;
+
+		setenv("GDRCACHE_BACKEND", "dmabuf", 1); /* main() chose peermem, which needs a PD */
+		if (gdr_cache_create(NULL, &c))
+			return 1;
+		a = fake_cuda_alloc(1 << 20);
+		for (int i = 0; i < 3; i++) { /* a miss, then two lock-free hits */
+			if (gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r) || gdr_dereg(r))
+				return 1;
+		}
+		return gdr_cache_destroy(c) ? 1 : 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "--typo")) {
 		struct gdr_cache *c;
