@@ -112,7 +112,8 @@ static int parse_path(const char *s, void *out)
 	return 0;
 }
 
-static struct gdr_config config = {
+/* The defaults, once: the configuration starts as a copy (config_read) and gdrcache_info shows them. */
+static const struct gdr_config defaults = {
 	.max_bytes = 4ULL << 30,
 	.max_entries = 4096,
 	.max_pin_bytes = 256ULL << 20,
@@ -123,6 +124,7 @@ static struct gdr_config config = {
 	.kmod_dev = "/dev/" GDRCACHE_DEVICE_NAME,
 	.libcuda = "libcuda.so.1",
 };
+static struct gdr_config config;
 
 /* The table: every variable the library reads, its parser and where the value goes. */
 static const struct {
@@ -162,6 +164,7 @@ static bool known(const char *name, size_t len)
 
 static void config_read(void)
 {
+	config = defaults;
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
 		const char *s = getenv(table[i].name);
 
@@ -215,18 +218,12 @@ static void format(size_t i, const struct gdr_config *cfg, char *buf, size_t n)
 void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
 				const char *dflt, bool set, void *arg), void *arg)
 {
-	static const struct gdr_config dflt = {
-		.max_bytes = 4ULL << 30, .max_entries = 4096, .max_pin_bytes = 256ULL << 20,
-		.backend = GDR_BACKEND_AUTO, .validate = GDR_VALIDATE_AUTO,
-		.log_level = GDR_LOG_WARN, .kmod_dev = "/dev/" GDRCACHE_DEVICE_NAME,
-		.libcuda = "libcuda.so.1",
-	};
 	const struct gdr_config *cfg = gdr_config_get();
 	char v[300], d[300];
 
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
 		format(i, cfg, v, sizeof(v));
-		format(i, &dflt, d, sizeof(d));
+		format(i, &defaults, d, sizeof(d));
 		fn(table[i].name, table[i].what, v, d, getenv(table[i].name) != NULL, arg);
 	}
 }

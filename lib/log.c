@@ -83,7 +83,9 @@ void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	const char *name = level >= 0 && level <= GDR_LOG_DEBUG ? level_names[level] : "?";
 	int saved = errno;
 	uint64_t suppressed = 0;
-	char msg[512];
+	char msg[512], more[64] = "", when[32];
+	struct timespec ts;
+	struct tm tm;
 	va_list ap;
 
 	if (level < GDR_LOG_DEBUG && !site_allows(func, line, &suppressed)) {
@@ -93,23 +95,13 @@ void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	{
-		struct timespec ts;
-		struct tm tm;
-		char when[32];
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		gmtime_r(&ts.tv_sec, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-		if (suppressed)
-			fprintf(stderr, "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d; %llu more like this "
-				"suppressed)\n", (int)getpid(), (long)syscall(SYS_gettid), when,
-				ts.tv_nsec / 1000000, name, msg, func, line,
-				(unsigned long long)suppressed);
-		else
-			fprintf(stderr, "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d)\n", (int)getpid(),
-				(long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name, msg, func,
-				line);
-	}
+	if (suppressed)
+		snprintf(more, sizeof(more), "; %llu more like this suppressed",
+			 (unsigned long long)suppressed);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	fprintf(stderr, "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d%s)\n", (int)getpid(),
+		(long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name, msg, func, line, more);
 	errno = saved;
 }
