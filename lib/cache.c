@@ -1069,6 +1069,17 @@ static void drop_range(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 	}
 }
 
+static bool in_range(uint64_t x, uint64_t start, uint64_t size)
+{
+	return start <= x && x - start < size;
+}
+
+/* Whether x lies in the allocation a tag describes: its piece, or the whole range RANGE_* gave. */
+static bool tag_holds(const struct gdr_tag *t, uint64_t x)
+{
+	return in_range(x, t->start, t->size) || in_range(x, t->alloc_start, t->alloc_size);
+}
+
 /* Drop every entry serving the allocation at `start` (a free that names only its base address:
  * cuMemFree, cuMemFreeAsync): the entries holding that address, and those with a tag (the range
  * the driver reported when the entry was made) that holds it. An entry may serve part of an
@@ -1080,14 +1091,10 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 
 	while (i < c->index.n) {
 		struct gdr_entry *e = c->index.v[i];
-		bool hit = e->base <= start && start < e->base + e->len;
+		bool hit = in_range(start, e->base, e->len);
 
-		for (uint32_t k = 0; !hit && k < e->ntags; k++) {
-			const struct gdr_tag *t = &e->tags[k];
-
-			hit = (t->start <= start && start - t->start < t->size) ||
-			      (t->alloc_start <= start && start - t->alloc_start < t->alloc_size);
-		}
+		for (uint32_t k = 0; !hit && k < e->ntags; k++)
+			hit = tag_holds(&e->tags[k], start);
 		if (hit)
 			entry_stale(c, e); /* leaves the index: the next one is at i now */
 		else
@@ -1170,11 +1177,6 @@ struct classified {
 	uint32_t ntags;
 };
 
-static bool in_range(uint64_t x, uint64_t start, uint64_t size)
-{
-	return start <= x && x - start < size;
-}
-
 /* Whether a free of [start, start+len) (len 0: the allocation at start) may concern it. */
 static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
 {
@@ -1184,8 +1186,7 @@ static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
 		if (in_range(start, k->a, k->len))
 			return true;
 		for (uint32_t i = 0; i < k->ntags; i++)
-			if (in_range(start, k->tags[i].start, k->tags[i].size) ||
-			    in_range(start, k->tags[i].alloc_start, k->tags[i].alloc_size))
+			if (tag_holds(&k->tags[i], start))
 				return true;
 		return false;
 	}
