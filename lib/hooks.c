@@ -114,12 +114,6 @@ static void free_end(struct free_scope *fs)
 }
 
 typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
-typedef gdr_CUresult (*free32_fn)(unsigned int);
-typedef gdr_CUresult (*free_async_fn)(gdr_CUdeviceptr, void *);
-typedef gdr_CUresult (*free_host_fn)(void *);
-typedef gdr_CUresult (*unmap_fn)(gdr_CUdeviceptr, size_t);
-typedef gdr_CUresult (*ctx_fn)(gdr_CUcontext);
-typedef gdr_CUresult (*dev_fn)(gdr_CUdevice);
 
 /* One hook per exported function: each calls its own original. */
 #define FREE_HOOK(name, route, params, args, start, len)                                        \
@@ -182,7 +176,6 @@ static bool oom_relieve(void)
 		return rc;                                                                      \
 	}
 
-typedef void *gdr_CUstream_;
 ALLOC_HOOK(cuMemAlloc_v2, (gdr_CUdeviceptr * p, size_t n), (p, n), *p, n)
 ALLOC_HOOK(cuMemAllocPitch_v2, (gdr_CUdeviceptr * p, size_t *pitch, size_t w, size_t h,
 			       unsigned int e), (p, pitch, w, h, e), *p, *pitch * h)
