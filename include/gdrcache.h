@@ -106,8 +106,11 @@ struct gdr_cache_attr {
 /* What a registration's memory is. */
 enum gdr_mem_kind {
 	GDR_MEM_HOST = 0,      /* not GPU memory: registered straight through ibv_reg_mr, never cached */
-	GDR_MEM_DEVICE = 1,    /* cuMemAlloc / cudaMalloc / stream-ordered pool memory */
+	GDR_MEM_DEVICE = 1,    /* cuMemAlloc / cudaMalloc (and pool memory where the driver predates
+				  CU_POINTER_ATTRIBUTE_MAPPING_*), legacy CUDA IPC imports */
 	GDR_MEM_VMM = 2,       /* device memory mapped with cuMemMap (SYNC_MEMOPS set context-wide) */
+	GDR_MEM_POOL = 3,      /* stream-ordered pool memory (cuMemAllocAsync, cudaMallocAsync): the
+				  dmabuf backend pins the pool's physical chunks that hold it */
 };
 
 /*

@@ -43,6 +43,35 @@ int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b)
 	return -ENODEV;
 }
 
+int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *primary, int device,
+			   struct gdr_be **b)
+{
+	const char *why = "";
+	bool after = false;
+
+	if (cfg->backend != GDR_BACKEND_AUTO)
+		return -EOPNOTSUPP;
+	for (size_t i = 0; i < sizeof(auto_order) / sizeof(auto_order[0]); i++) {
+		const struct gdr_backend_ops *ops = by_id[auto_order[i]];
+
+		if (ops == primary->ops) {
+			after = true;
+			continue;
+		}
+		if (!after || ops->open(cfg, b, &why))
+			continue;
+		if (!ops->serves || ops->serves(*b, device, &why)) {
+			gdr_info("backend %s chosen for CUDA device %d, which %s does not serve",
+				 ops->name, device, primary->ops->name);
+			return 0;
+		}
+		ops->close(*b);
+		gdr_info("backend %s does not serve CUDA device %d either: %s", ops->name, device,
+			 why);
+	}
+	return -EOPNOTSUPP;
+}
+
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max)
 {

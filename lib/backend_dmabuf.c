@@ -11,23 +11,43 @@
 #include "cuda_abi.h"
 #include "gdrcache_int.h"
 
-static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+static bool exports_dmabufs(int device)
 {
 	int supported = 0;
+
+	return !gdr_cuda_device_attr(device, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &supported) &&
+	       supported;
+}
+
+/* Opens when some GPU exports dma-bufs; a GPU that does not is served by another backend
+ * (serves, and gdr_backend_for_device). */
+static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+{
+	int n = gdr_cuda_device_count(), d;
 
 	(void)cfg;
 	if (gdr_cuda_load()) {
 		*why = "no CUDA driver";
 		return -ENODEV;
 	}
-	if (gdr_cuda_device_attr(0, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &supported) ||
-	    !supported) {
-		*why = "GPU 0 does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
+	for (d = 0; d < n && !exports_dmabufs(d); d++)
+		;
+	if (d >= n) {
+		*why = "no GPU exports dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
 		return -ENODEV;
 	}
 	if (gdr_backend_alloc(&gdr_backend_dmabuf_ops, out, why))
 		return -ENOMEM;
-	*why = "GPU 0 exports dma-bufs";
+	*why = d == 0 ? "GPU 0 exports dma-bufs" : "a GPU exports dma-bufs (not GPU 0)";
+	return 0;
+}
+
+static int dmabuf_serves(struct gdr_be *b, int device, const char **why)
+{
+	(void)b;
+	if (exports_dmabufs(device))
+		return 1;
+	*why = "the GPU does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
 	return 0;
 }
 
@@ -72,5 +92,7 @@ const struct gdr_backend_ops gdr_backend_dmabuf_ops = {
 	.reg_mr = dmabuf_reg_mr,
 	.pages = gdr_backend_no_pages,
 	.revoked = gdr_backend_never_revoked,
+	.serves = dmabuf_serves,
 	.pins_without_pd = true,
+	.pool_by_chunk = true,
 };

@@ -451,7 +451,8 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 	}
 	rc = gdr_cuda_set_sync_memops(t->start);
 	if (!rc) {
-		t->kind = GDR_MEM_DEVICE;
+		if (t->kind != GDR_MEM_POOL)
+			t->kind = GDR_MEM_DEVICE;
 		c->st.sync_memops_set++;
 	} else if (rc == -EOPNOTSUPP) {
 		/* VMM memory (cuMemMap) refuses the pointer attribute: FACTS.md. It is still device
@@ -521,7 +522,7 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	e->mrecs = NULL;
 	for (struct gdr_region *r = e->regions; r; r = r->next)
 		record_retire(c, r);
-	c->backend->ops->unpin(c->backend, &e->pin);
+	e->pin.be->ops->unpin(e->pin.be, &e->pin);
 	c->st.unpins++;
 	c->st.entries--;
 	gdr_stats_pinned(c, -(int64_t)e->len);
@@ -687,7 +688,7 @@ static int evict(struct gdr_cache *c, uint64_t need)
 /* The kernel saw the memory freed: stale, proven without asking the CUDA driver. Lock-free. */
 static bool entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
 {
-	return c->may_revoke && c->backend->ops->revoked(c->backend, &e->pin);
+	return c->may_revoke && e->pin.be->ops->revoked(e->pin.be, &e->pin);
 }
 
 /* Validate the tags of e that overlap [a, a+len), or all of them (all = true). Under the lock.
@@ -819,7 +820,7 @@ static int entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *
 			uint64_t base = exact ? a : e->base, n = exact ? len : e->len;
 
 			for (;;) {
-				rc = c->backend->ops->reg_mr(c->backend, &e->pin, pd, access, base, n,
+				rc = e->pin.be->ops->reg_mr(e->pin.be, &e->pin, pd, access, base, n,
 							     &own);
 				if ((rc != -ENOMEM && rc != -ENOSPC) || !evict(c, e->len))
 					break;
@@ -878,13 +879,57 @@ out:
 
 /* ---- classification and pinning --------------------------------------------------------------- */
 
-/* Walk the CUDA allocations under [a, a+len). 0 with tags; 1: host memory (or unknown to CUDA);
- * -EOPNOTSUPP: managed; -EINVAL: the range mixes GPU and other memory or spans too many pieces. */
+/* What the pieces of a classified range need pinned when pool memory is pinned by chunks: the
+ * physical chunks of the pool that hold its pool pieces, and the 64 KiB-aligned other pieces. */
+struct pin_cover {
+	uint64_t lo, hi;
+	bool pool;             /* some piece is stream-ordered pool memory */
+};
+
+static void cover_add(struct pin_cover *cv, uint64_t lo, uint64_t hi)
+{
+	if (!cv->hi || lo < cv->lo)
+		cv->lo = lo;
+	if (hi > cv->hi)
+		cv->hi = hi;
+}
+
+/* Every chunk of the pool allocation pi describes. The driver exports a chunk that a pool
+ * allocation shares with the next one only together with it (measured on H200s: a 4 KiB piece at
+ * the start of a 50 MiB allocation straddling two 32 MiB chunks was refused as its own chunk, the
+ * two chunks exported; docs/FACTS). So the pin is the cover of the whole allocation's chunks. */
+static int cover_pool_allocation(struct gdr_cache *c, struct pin_cover *cv,
+				 const struct gdr_ptr_info *pi)
+{
+	uint64_t q = pi->alloc_start, end = pi->alloc_start + pi->alloc_size;
+
+	if (cv->lo <= q && end <= cv->hi)
+		return 0;
+	while (q < end) {
+		uint64_t base, size;
+
+		if (gdr_cuda_mapping(q, &base, &size)) {
+			c->st.fail_cuda++;
+			gdr_err("CUDA reports no physical chunk for pool memory at %#llx",
+				(unsigned long long)q);
+			return -EIO;
+		}
+		cover_add(cv, base, base + size);
+		q = base + size;
+	}
+	return 0;
+}
+
+/* Walk the CUDA allocations under [a, a+len). 0 with tags and *cv; 1: host memory (or unknown to
+ * CUDA); -EOPNOTSUPP: managed; -EINVAL: the range mixes GPU and other memory or spans too many
+ * pieces. */
 static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_tag *tags,
-		    uint32_t *ntags)
+		    uint32_t *ntags, struct pin_cover *cv)
 {
 	uint64_t q = a, end = a + len;
 	uint32_t n = 0;
+
+	memset(cv, 0, sizeof(*cv));
 
 	while (q < end) {
 		struct gdr_ptr_info pi;
@@ -922,8 +967,18 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
 					      .alloc_start = pi.alloc_start,
 					      .alloc_size = pi.alloc_size,
-					      .buffer_id = pi.buffer_id, .kind = GDR_MEM_DEVICE,
+					      .buffer_id = pi.buffer_id,
+					      .kind = pi.pool ? GDR_MEM_POOL : GDR_MEM_DEVICE,
 					      .device = pi.device };
+		if (pi.pool && pi.map_size) {
+			cv->pool = true;
+			cover_add(cv, pi.map_start, pi.map_start + pi.map_size);
+			rc = cover_pool_allocation(c, cv, &pi);
+			if (rc)
+				return rc;
+		} else {
+			cover_add(cv, GDR_ALIGN_DOWN(pi.start), GDR_ALIGN_UP(pi.start + pi.size));
+		}
 		q = pi.start + pi.size;
 	}
 	*ntags = n;
@@ -938,12 +993,20 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 
 	settle(c); /* what was dropped is unpinned first: no page pinned twice by indexed entries */
 	for (;;) {
-		rc = c->backend->ops->pin(c->backend, pin);
+		rc = pin->be->ops->pin(pin->be, pin);
 		if (rc != -ENOMEM && rc != -ENOSPC)
 			break;
 		if (!evict(c, pin->len))
 			break;
 		c->st.fail_pin_retried++;
+	}
+	if (rc == -EOPNOTSUPP) {
+		c->st.fail_pin++;
+		gdr_err("the %s backend cannot pin [%#llx, +%llu): the CUDA driver refuses it (e.g. memory "
+			"imported with cuIpcOpenMemHandle is not exported as a dma-buf; counted in "
+			"fail_pin)", pin->be->ops->name, (unsigned long long)pin->base,
+			(unsigned long long)pin->len);
+		return rc;
 	}
 	if (rc) {
 		c->st.fail_pin++;
@@ -956,8 +1019,9 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 }
 
 /* A miss: pin a new entry for tags, taking over the entries it overlaps. */
-static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const struct gdr_tag *tags,
-			uint32_t ntags, struct gdr_entry **out)
+static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint64_t len,
+			const struct gdr_tag *tags, uint32_t ntags, const struct pin_cover *cv,
+			struct gdr_entry **out)
 {
 	uint64_t lo = tags[0].start, hi = tags[ntags - 1].start + tags[ntags - 1].size;
 	uint64_t base, end;
@@ -965,8 +1029,13 @@ static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const str
 	size_t i;
 	int rc;
 
-	/* The whole allocation(s) up to the cap, else the requested range; 64 KiB-aligned. */
-	if (hi - lo <= c->cfg.max_pin_bytes) {
+	/* Pool memory on a backend that pins it by chunks: the chunks holding the range (the
+	 * least the driver exports); else the whole allocation(s) up to the cap, else the requested
+	 * range; 64 KiB-aligned. */
+	if (cv->pool && be->ops->pool_by_chunk) {
+		base = cv->lo;
+		end = cv->hi;
+	} else if (hi - lo <= c->cfg.max_pin_bytes) {
 		base = GDR_ALIGN_DOWN(lo);
 		end = GDR_ALIGN_UP(hi);
 	} else {
@@ -1007,12 +1076,13 @@ static int entry_create(struct gdr_cache *c, uint64_t a, uint64_t len, const str
 	e->len = e->pin.len = end - base;
 	e->pin.dmabuf_fd = -1;
 	e->pin.device = tags[0].device;
+	e->pin.be = be;
 	rc = pin_retry(c, &e->pin);
 	if (rc)
 		goto err_free;
 	rc = gdr_index_insert(&c->index, e);
 	if (rc) {
-		c->backend->ops->unpin(c->backend, &e->pin);
+		e->pin.be->ops->unpin(e->pin.be, &e->pin);
 		goto err_free;
 	}
 	DL_APPEND(c->lru, e);
@@ -1081,17 +1151,21 @@ static bool tag_holds(const struct gdr_tag *t, uint64_t x)
 }
 
 /* Drop every entry serving the allocation at `start` (a free that names only its base address:
- * cuMemFree, cuMemFreeAsync): the entries holding that address, and those with a tag (the range
- * the driver reported when the entry was made) that holds it. An entry may serve part of an
- * allocation that begins before the entry does, and the range the driver reports may be wider than
- * the allocation freed, so every entry is looked at; frees are rare next to hits. */
+ * cuMemFree, cuMemFreeAsync): those with a tag (the range the driver reported when the entry was
+ * made) that holds it. An entry may serve part of an allocation that begins before the entry does,
+ * and the range the driver reports may be wider than the allocation freed, so every entry is looked
+ * at; frees are rare next to hits. A free of an allocation the entry has no tag for leaves it: an
+ * entry's pages all lie in physical chunks that hold one of its tagged allocations, and a chunk
+ * stays mapped while any allocation in it lives (docs/FACTS), so freeing a neighbour in the chunk
+ * (the other allocations of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's
+ * neighbours) changes no page the entry pinned. */
 static void drop_allocation(struct gdr_cache *c, uint64_t start)
 {
 	size_t i = 0;
 
 	while (i < c->index.n) {
 		struct gdr_entry *e = c->index.v[i];
-		bool hit = in_range(start, e->base, e->len);
+		bool hit = false;
 
 		for (uint32_t k = 0; !hit && k < e->ntags; k++)
 			hit = tag_holds(&e->tags[k], start);
@@ -1133,6 +1207,29 @@ static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 	}
 }
 
+/* A context's memory was freed (GDR_EV_CTX): ask the driver about every cached allocation and drop
+ * the entries whose memory went. A freed allocation's BUFFER_ID query fails and ids are never
+ * reused, so this drops exactly those: another device's entries, and pool and VMM memory, which
+ * survive a context (docs/FACTS), stay. */
+static void revalidate_all(struct gdr_cache *c)
+{
+	size_t i = 0;
+
+	while (i < c->index.n) {
+		struct gdr_entry *e = c->index.v[i];
+		bool gone = false;
+
+		for (uint32_t k = 0; !gone && k < e->ntags; k++) {
+			c->st.tag_checks++;
+			gone = gdr_validate_tag_ops.check(c, &e->tags[k]) < 0;
+		}
+		if (gone)
+			entry_stale(c, e); /* leaves the index: the next one is at i now */
+		else
+			i++;
+	}
+}
+
 /* Apply every free (and allocation) event published so far. Under the lock. */
 static void events_drain(struct gdr_cache *c)
 {
@@ -1155,7 +1252,9 @@ static void events_drain(struct gdr_cache *c)
 			break;
 		}
 		c->st.events++;
-		if (ev.kind == GDR_EV_ALLOC)
+		if (ev.kind == GDR_EV_CTX)
+			revalidate_all(c);
+		else if (ev.kind == GDR_EV_ALLOC)
 			drop_reallocated(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
 					 ev.start + ev.len);
 		else if (ev.len == GDR_EVENT_ALL_LEN)
@@ -1198,6 +1297,50 @@ static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
 	return false;
 }
 
+/* ---- the backend of a device ---------------------------------------------------------------------- */
+
+/* The backend that pins memory of the device the tags are on: the cache's own when it serves that
+ * device, else (mode AUTO) the next one in the automatic order that does, chosen once per device.
+ * 0 and *be; -EOPNOTSUPP when none does (logged once a device); -EINVAL: the range spans GPUs. */
+static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t ntags,
+		       struct gdr_be **be)
+{
+	int d = tags[0].device;
+	const char *why = "";
+
+	for (uint32_t i = 1; i < ntags; i++)
+		if (tags[i].device != d) {
+			c->st.fail_input++;
+			gdr_err("the range at %#llx spans CUDA devices %d and %d",
+				(unsigned long long)tags[0].start, d, tags[i].device);
+			return -EINVAL;
+		}
+	if (d < 0 || d >= GDR_MAX_DEVICES)
+		d = 0; /* not a device ordinal the driver reports: the cache's backend decides */
+	if (c->dev_be[d]) {
+		*be = c->dev_be[d];
+		return 0;
+	}
+	if (c->dev_refused[d])
+		return -EOPNOTSUPP;
+	if (!c->backend->ops->serves || c->backend->ops->serves(c->backend, d, &why)) {
+		c->dev_be[d] = c->backend;
+	} else if (gdr_backend_for_device(&c->cfg, c->backend, d, be) == 0) {
+		c->extra_be[c->nextra_be++] = *be;
+		c->dev_be[d] = *be;
+		if ((*be)->ops->revoked != gdr_backend_never_revoked)
+			__atomic_store_n(&c->may_revoke, true, __ATOMIC_RELAXED);
+	} else {
+		c->dev_refused[d] = true;
+		gdr_warn("CUDA device %d: backend %s cannot pin its memory (%s)%s; its registrations "
+			 "fail with -EOPNOTSUPP", d, c->backend->ops->name, why,
+			 c->cfg.backend == GDR_BACKEND_AUTO ? " and no other backend can" : "");
+		return -EOPNOTSUPP;
+	}
+	*be = c->dev_be[d];
+	return 0;
+}
+
 /* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
 
 /* The locked path: misses, stale entries, new records, pending events. */
@@ -1205,6 +1348,8 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 		      uint64_t len, int access, bool exact, struct gdr_region **out)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
+	struct pin_cover cover;
+	struct gdr_be *be = NULL;
 	struct gdr_entry *e;
 	uint32_t ntags = 0;
 	int rc;
@@ -1235,7 +1380,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 
 	if (!c->cuda_ok)
 		return reg_host(c, pd, a, len, access, out);
-	rc = classify(c, a, len, tags, &ntags);
+	rc = classify(c, a, len, tags, &ntags, &cover);
 	if (rc == 1)
 		return reg_host(c, pd, a, len, access, out);
 	if (rc)
@@ -1245,9 +1390,12 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 	if (gdr_events_inflight(classified_overlaps,
 				&(struct classified){ .a = a, .len = len, .tags = tags, .ntags = ntags }))
 		return -EINPROGRESS;
-	if (!pd && !c->backend->ops->pins_without_pd) {
+	rc = backend_for(c, tags, ntags, &be);
+	if (rc)
+		return rc;
+	if (!pd && !be->ops->pins_without_pd) {
 		c->st.fail_input++;
-		gdr_err("backend %s registers GPU memory only with a PD", c->backend->ops->name);
+		gdr_err("backend %s registers GPU memory only with a PD", be->ops->name);
 		return -EOPNOTSUPP;
 	}
 	for (uint32_t i = 0; i < ntags; i++) {
@@ -1272,7 +1420,7 @@ static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd,
 	}
 
 	c->st.misses++;
-	rc = entry_create(c, a, len, tags, ntags, &e);
+	rc = entry_create(c, be, a, len, tags, ntags, &cover, &e);
 	if (rc)
 		return rc;
 	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
@@ -1678,6 +1826,8 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	 * live list: the hooks of the driver's frees walk it (under its lock). */
 	gdr_stats_untrack(c);
 	gdr_thr_cache_fini(c);
+	for (uint32_t i = 0; i < c->nextra_be; i++)
+		c->extra_be[i]->ops->close(c->extra_be[i]);
 	c->backend->ops->close(c->backend);
 	HASH_ITER(hh, c->synced, s, st) {
 		HASH_DEL(c->synced, s);

@@ -40,6 +40,7 @@ enum {
 	GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, /* CUdeviceptr */
 	GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,       /* size_t */
 	GDR_CU_POINTER_ATTRIBUTE_MAPPED = 13,           /* bool */
+	GDR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17,   /* CUmemoryPool: non-NULL for pool memory */
 	GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18,     /* size_t (CUDA 12.x) */
 	GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19,/* CUdeviceptr (CUDA 12.x) */
 };
@@ -84,6 +85,13 @@ typedef gdr_CUresult (*gdr_cuCtxGetCurrent_t)(gdr_CUcontext *ctx);
 typedef gdr_CUresult (*gdr_cuCtxSetCurrent_t)(gdr_CUcontext ctx);
 typedef gdr_CUresult (*gdr_cuDevicePrimaryCtxRetain_t)(gdr_CUcontext *ctx, gdr_CUdevice dev);
 typedef gdr_CUresult (*gdr_cuDeviceGet_t)(gdr_CUdevice *dev, int ordinal);
+typedef gdr_CUresult (*gdr_cuDeviceGetCount_t)(int *count);
+typedef gdr_CUresult (*gdr_cuDevicePrimaryCtxRelease_t)(gdr_CUdevice dev);
+typedef gdr_CUresult (*gdr_cuDevicePrimaryCtxGetState_t)(gdr_CUdevice dev, unsigned int *flags,
+							 int *active);
+typedef gdr_CUresult (*gdr_cuCtxGetDevice_t)(gdr_CUdevice *dev);
+typedef gdr_CUresult (*gdr_cuCtxPushCurrent_t)(gdr_CUcontext ctx);
+typedef gdr_CUresult (*gdr_cuCtxPopCurrent_t)(gdr_CUcontext *ctx);
 typedef gdr_CUresult (*gdr_cuCtxGetFlags_t)(unsigned int *flags);
 typedef gdr_CUresult (*gdr_cuCtxSetFlags_t)(unsigned int flags);
 typedef gdr_CUresult (*gdr_cuDeviceGetAttribute_t)(int *value, int attribute, gdr_CUdevice dev);

@@ -32,6 +32,7 @@
 enum gdr_event_kind {
 	GDR_EV_FREE = 0,   /* [start, start+len) freed; len 0: the allocation at start */
 	GDR_EV_ALLOC = 1,  /* [start, start+len) newly allocated */
+	GDR_EV_CTX = 2,    /* a context's memory was freed: every cached allocation is asked again */
 };
 
 struct gdr_event {

@@ -20,6 +20,7 @@
 #define GDR_EXACT_PER_ENTRY 32
 /* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
 #define GDR_MAX_TAGS 64
+#define GDR_MAX_DEVICES 64       /* CUDA devices a cache tells apart */
 
 /* ---- log.c ---------------------------------------------------------------------------------- */
 extern int gdr_log_level;  /* process-wide; read and written with __atomic */
@@ -77,11 +78,15 @@ struct gdr_ptr_info {
 	uint64_t buffer_id;
 	uint64_t start, size;  /* the allocation (or VMM mapping) holding the pointer */
 	uint64_t alloc_start, alloc_size; /* RANGE_*: the whole allocation (a VMM reservation) */
+	uint64_t map_start, map_size; /* MAPPING_*: the physical chunk holding it (0: unknown) */
+	bool pool;             /* stream-ordered pool memory (MEMPOOL_HANDLE set) */
 };
 /* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
 int gdr_cuda_load(void);
 /* One cuPointerGetAttributes query. 0 (mem_type 0 = unknown to CUDA), -ENODEV, -EIO. */
 int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info);
+/* MAPPING_BASE_ADDR / MAPPING_SIZE of addr: the physical chunk holding it. 0, -EIO, -ENODEV. */
+int gdr_cuda_mapping(uint64_t addr, uint64_t *base, uint64_t *size);
 /* cuPointerGetAttribute(BUFFER_ID). 0, -ESTALE (CUDA no longer knows the address), -EIO. */
 int gdr_cuda_buffer_id(uint64_t addr, uint64_t *id);
 /* SYNC_MEMOPS on the allocation. 0, -EOPNOTSUPP (NOT_SUPPORTED: VMM memory), -EIO. */
@@ -95,6 +100,8 @@ int gdr_cuda_ctx_sync_memops(int device);
 int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd);
 /* cuDeviceGetAttribute. 0 or -errno. */
 int gdr_cuda_device_attr(int device, int attr, int *value);
+/* CUDA devices (cuDeviceGetCount); 0 without a driver. */
+int gdr_cuda_device_count(void);
 
 /* ---- verbs.c: NIC memory regions, through a table tests can replace --------------------------- */
 struct gdr_verbs_ops {
@@ -116,9 +123,11 @@ void gdr_mr_range(const struct ibv_mr *mr, uint64_t *base, uint64_t *len);
 
 /* ---- backends ------------------------------------------------------------------------------ */
 /* One pinned range, as a backend made it. */
+struct gdr_be;
 struct gdr_pin {
 	uint64_t base, len;          /* 64 KiB-aligned */
 	int device;                  /* CUDA ordinal of the memory */
+	struct gdr_be *be;           /* the backend that pinned it (its device's) */
 	bool has_kmod;
 	uint64_t kmod_handle;
 	uint32_t page_size, page_count;
@@ -146,8 +155,15 @@ struct gdr_backend_ops {
 	/* Whether the kernel has revoked the pin (its memory was freed): a load from memory the
 	 * kernel shares, no system call; safe without the cache lock. */
 	bool (*revoked)(struct gdr_be *b, const struct gdr_pin *pin);
+	/* Whether the backend can pin memory of CUDA device `device` (NULL: every device). 1, or 0
+	 * with *why. */
+	int (*serves)(struct gdr_be *b, int device, const char **why);
 	/* Whether this backend works without a PD (a pin exists before any MR). */
 	bool pins_without_pd;
+	/* Stream-ordered pool memory is pinned as the whole physical chunks of the pool that hold
+	 * the range (the driver exports a dma-buf of pool memory only so: docs/FACTS); else as the
+	 * 64 KiB-aligned range, like other memory. */
+	bool pool_by_chunk;
 };
 /* Every backend embeds this first. */
 struct gdr_be {
@@ -159,6 +175,10 @@ extern const struct gdr_backend_ops gdr_backend_dmabuf_ops;
 extern const struct gdr_backend_ops gdr_backend_peermem_ops;
 /* backend.c: choose and open (cfg->backend, AUTO resolved with the reason logged). */
 int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
+/* For mode AUTO: open the first backend after `primary` in the automatic order that serves CUDA
+ * device `device` (a GPU without dma-buf support next to one with). 0, or -EOPNOTSUPP (logged). */
+int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *primary, int device,
+			   struct gdr_be **b);
 /* Shared default for backends without a page list. */
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max);
@@ -366,7 +386,8 @@ struct gdr_cache {
 	uint64_t id;                     /* unique in the process (thread.c) */
 	struct gdr_thr *threads;         /* pushed lock-free, freed at destroy */
 	const struct gdr_validator_ops *validator;
-	struct gdr_be *backend;
+	struct gdr_be *backend;          /* the cache's backend; the one for a device that it
+					    serves (gdr_cache_backend reports it) */
 
 	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
@@ -390,6 +411,12 @@ struct gdr_cache {
 	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
 	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
 	uint64_t exact_mrs;              /* MRs made for one remote-access range (exact records) */
+	/* The backend of each CUDA device, chosen at its first pin (NULL: not yet); dev_refused:
+	 * no backend serves it. Under the lock. */
+	struct gdr_be *dev_be[GDR_MAX_DEVICES];
+	bool dev_refused[GDR_MAX_DEVICES];
+	struct gdr_be *extra_be[GDR_MAX_DEVICES]; /* opened for a device the first did not serve */
+	uint32_t nextra_be;
 	uint64_t exact_replaced;         /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive;    /* every live cache (thread.c) */

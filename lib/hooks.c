@@ -137,12 +137,57 @@ FREE_HOOK(cuMemFreeAsync_ptsz, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void
 FREE_HOOK(cuMemFreeHost, GDR_FREE_MEM_FREE_HOST, (void *p), (p), (uintptr_t)p, 0)
 FREE_HOOK(cuMemUnmap, GDR_FREE_MEM_UNMAP, (gdr_CUdeviceptr p, size_t n), (p, n), p, n ? n : 1)
 FREE_HOOK(cuIpcCloseMemHandle, GDR_FREE_IPC_CLOSE, (gdr_CUdeviceptr p), (p), p, 0)
-FREE_HOOK(cuCtxDestroy, GDR_FREE_CTX, (gdr_CUcontext c), (c), 0, ALL)
-FREE_HOOK(cuCtxDestroy_v2, GDR_FREE_CTX, (gdr_CUcontext c), (c), 0, ALL)
-FREE_HOOK(cuDevicePrimaryCtxReset, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
-FREE_HOOK(cuDevicePrimaryCtxReset_v2, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
-FREE_HOOK(cuDevicePrimaryCtxRelease, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
-FREE_HOOK(cuDevicePrimaryCtxRelease_v2, GDR_FREE_CTX, (gdr_CUdevice d), (d), 0, ALL)
+
+/* Context destroys, resets and primary-context releases. They free a context's memory, not all GPU
+ * memory (another device's, pool and VMM memory survive: docs/FACTS), and a primary-context release
+ * that is not the last frees nothing. So nothing is dropped before the call: registrations wait
+ * while it runs (a free of everything in flight), and after it every cached entry's allocations are
+ * asked of the driver again (GDR_EV_CTX), which drops exactly the entries whose memory went, before
+ * the hook returns. Only a primary-context release after which the context is still active
+ * publishes nothing. */
+static void ctx_begin(struct free_scope *fs)
+{
+	fs->t0 = now_ns();
+	hook_depth++;
+	fs->token = gdr_events_free_begin(0, ALL);
+	__atomic_add_fetch(&hs.frees[GDR_FREE_CTX], 1, __ATOMIC_RELAXED);
+	fs->t0 = now_ns() - fs->t0; /* the hook's own time, as free_begin counts it */
+}
+
+static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice dev)
+{
+	uint64_t t1 = now_ns();
+
+	if (!primary_release || gdr_cuda_primary_active(dev) != 1) {
+		gdr_cuda_contexts_changed();
+		gdr_events_push_kind(GDR_EV_CTX, 0, ALL);
+		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
+		if (hook_depth != 1 || gdr_cache_locks_held)
+			__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+	}
+	fs->t0 += now_ns() - t1;
+	free_end(fs);
+}
+
+#define CTX_HOOK(name, params, args, release, dev)                                              \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		struct free_scope fs;                                                           \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		ctx_begin(&fs);                                                                 \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;   \
+		ctx_end(&fs, release, dev);                                                     \
+		return rc;                                                                      \
+	}
+
+CTX_HOOK(cuCtxDestroy, (gdr_CUcontext c), (c), false, 0)
+CTX_HOOK(cuCtxDestroy_v2, (gdr_CUcontext c), (c), false, 0)
+CTX_HOOK(cuDevicePrimaryCtxReset, (gdr_CUdevice d), (d), false, d)
+CTX_HOOK(cuDevicePrimaryCtxReset_v2, (gdr_CUdevice d), (d), false, d)
+CTX_HOOK(cuDevicePrimaryCtxRelease, (gdr_CUdevice d), (d), true, d)
+CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (gdr_CUdevice d), (d), true, d)
 
 /* ---- Allocation hooks --------------------------------------------------------------------------- */
 
@@ -348,7 +393,7 @@ static void probe_once(void)
 	gdr_cuGetProcAddress_v1_t gpa1;
 	const char *why = NULL;
 	void *h, *fr = NULL, *fr2;
-	gdr_CUcontext borrowed;
+	void *borrowed;
 	int rc, st = 0;
 
 	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle()))

@@ -39,9 +39,14 @@ GDR_HIDDEN uint64_t gdr_caches_reg_waits(void);
 /* cuda.c */
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
 GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
-/* Make the device's primary context current on a thread that has none (NULL when nothing was
- * borrowed; *err -ENXIO when a context was needed and none could be had) / undo it. */
-GDR_HIDDEN gdr_CUcontext gdr_cuda_context_borrow(int device, int *err);
-GDR_HIDDEN void gdr_cuda_context_return(gdr_CUcontext borrowed);
+/* Make the device's primary context current on a thread that has none or another device's (an
+ * opaque token for gdr_cuda_context_return; NULL with *err -ENXIO or -ENOMEM when it could not) /
+ * undo it. */
+GDR_HIDDEN void *gdr_cuda_context_borrow(int device, int *err);
+GDR_HIDDEN void gdr_cuda_context_return(void *borrowed);
+/* After a context was destroyed: forget which contexts have CU_CTX_SYNC_MEMOPS. */
+GDR_HIDDEN void gdr_cuda_contexts_changed(void);
+/* Whether the device's primary context is active: 1, 0, or -1 (cannot tell). */
+GDR_HIDDEN int gdr_cuda_primary_active(gdr_CUdevice dev);
 
 #endif /* GDRCACHE_HOOKS_H */

@@ -87,7 +87,7 @@ GDR_EXPORT int gdr_region_pages(const struct gdr_region *r, uint64_t *pages, uin
 		return -EINVAL;
 	if (!r->entry)
 		return -ENOENT;
-	b = r->cache->backend;
+	b = r->entry->pin.be;
 	return b->ops->pages(b, &r->entry->pin, pages, max);
 }
 

@@ -12,7 +12,9 @@
  *    modes events and tag;
  *  - an allocation at a VA that a cached tag still describes (the driver freed it on its own)
  *    drops the entry;
- *  - every free entry point is counted under its route.
+ *  - every free entry point is counted under its route;
+ *  - a free of an allocation that shares a chunk with a cached one, and a primary-context release
+ *    that is not the last, drop nothing (issue 11); the last release drops what it freed.
  * Simulated: the fake's out-of-memory failure is injected (fake_cuda_fail_next), not real.
  */
 #include <errno.h>
@@ -41,6 +43,8 @@ gdr_CUresult cuMemFreeHost(void *p);
 gdr_CUresult cuMemAllocHost_v2(void **p, size_t n);
 gdr_CUresult cuMemUnmap(gdr_CUdeviceptr p, size_t n);
 gdr_CUresult cuCtxDestroy_v2(gdr_CUcontext c);
+gdr_CUresult cuDevicePrimaryCtxRetain(gdr_CUcontext *c, gdr_CUdevice d);
+gdr_CUresult cuDevicePrimaryCtxRelease_v2(gdr_CUdevice d);
 
 static struct gdr_cache *cache;
 
@@ -366,6 +370,62 @@ static void test_allocation_at_cached_va_drops_entry(void **state)
 	assert_int_equal(cuMemFree_v2(b), GDR_CUDA_SUCCESS);
 }
 
+/* ---- frees that leave an entry's pages as they were (issue 11) ---------------------------------- */
+
+static void test_neighbour_free_keeps_entry(void **state)
+{
+	uint64_t a = alloc(4096), b = alloc(4096);
+	struct gdr_region *r = NULL;
+	struct gdr_cache_stats st0, st;
+
+	(void)state;
+	/* b shares a's 2 MiB chunk and its first 64 KiB page: pinned with a, never registered */
+	assert_true(b > a && b < a + 65536);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st0), 0);
+	assert_int_equal(cuMemFree_v2(b), GDR_CUDA_SUCCESS);
+	assert_int_equal(fake_be.outstanding, 1); /* a's chunk stays mapped: nothing to drop */
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(region_id(r), fake_cuda_buffer_id(a));
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st), 0);
+	assert_int_equal(st.misses, st0.misses);
+	assert_int_equal(st.stale, st0.stale);
+	/* a's own free still drops it, inside the free */
+	assert_int_equal(cuMemFree_v2(a), GDR_CUDA_SUCCESS);
+	assert_int_equal(fake_be.outstanding, 0);
+}
+
+static void test_primary_release_drops_only_freed(void **state)
+{
+	gdr_CUcontext ctx = NULL;
+	uint64_t a;
+	struct gdr_region *r = NULL;
+	struct gdr_cache_stats st0, st;
+
+	(void)state;
+	/* the application's two references (the fake counts them from 0 in this process) */
+	assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 0), GDR_CUDA_SUCCESS);
+	assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 0), GDR_CUDA_SUCCESS);
+	a = alloc(4096);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st0), 0);
+	/* not the last: the context and its memory live on, and so does the entry */
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(0), GDR_CUDA_SUCCESS);
+	assert_int_not_equal(fake_cuda_buffer_id(a), 0);
+	assert_int_equal(fake_be.outstanding, 1);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st), 0);
+	assert_int_equal(st.misses, st0.misses);
+	/* the last: the memory goes, and the entry with it, before the release returns */
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(0), GDR_CUDA_SUCCESS);
+	assert_int_equal(fake_cuda_buffer_id(a), 0);
+	assert_int_equal(fake_be.outstanding, 0);
+}
+
 /* ---- routes --------------------------------------------------------------------------------------- */
 
 static void test_routes_counted(void **state)
@@ -443,6 +503,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_oom_relief_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_oom_relief_tag, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_allocation_at_cached_va_drops_entry, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_neighbour_free_keeps_entry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_primary_release_drops_only_freed, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_routes_counted, setup, teardown),
 		cmocka_unit_test(test_inflight_table),
