@@ -26,12 +26,18 @@
  * A callback-mode page table is given back exactly once: by the free callback,
  * or by nvidia_p2p_put_pages() from whoever moved the region out of
  * GDR_REGION_PINNED under its lock. put_pages blocks while a callback on that
- * page table runs, so once it has succeeded no callback can come. If it fails
+ * page table runs (both hold NVIDIA's RM API lock), so once it has returned no
+ * callback can come; it returns 0 also when the callback took the table.
+ * NVIDIA finds a callback-mode table only among the RM clients of the calling
+ * process (RmP2PPutPages() looks up current->tgid): from any other process or
+ * a kworker, put_pages returns 0 and releases nothing. So callback-mode tables
+ * are put only in their owner's process (its ioctls and close). If put fails
  * (the open driver returns -ENOMEM when it cannot allocate its stack), the
  * region becomes an orphan: it keeps its memory, its charge and a reference on
- * this module until the callback takes the page table or a retry (every
- * GDR_RETRY_DELAY) puts it, so neither a late callback nor the module's unload
- * can meet freed memory. Persistent pins are orphaned and retried the same way.
+ * this module until the callback takes the page table or the owner's next
+ * call puts it again, so neither a late callback nor the module's unload can
+ * meet freed memory. Persistent tables are found by NVIDIA's own object, from
+ * any context: their orphans are retried every GDR_RETRY_DELAY by a worker.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -146,6 +152,13 @@ static DEFINE_HASHTABLE(gdr_users, 6);
 static u64 gdr_total_pins;
 static u64 gdr_total_bytes;
 
+/* Who may use a file: identity only, nothing dereferenced or referenced. */
+struct gdr_owner {
+	pid_t tgid;
+	u64 start_time;		/* of the group leader: a reused tgid has a later one */
+	u64 exec_id;		/* self_exec_id: bumped by every execve */
+};
+
 struct gdr_file;
 
 struct gdr_region {
@@ -156,6 +169,7 @@ struct gdr_region {
 	bool published;				/* in gf's table: the callback tells gf */
 	bool persistent;
 	struct gdr_file *gf;
+	struct gdr_owner owner;			/* the only process put_pages works in */
 	struct gdr_user *user;			/* charged, once the slot is reserved */
 	struct list_head orphan_node;		/* gdr_orphans */
 	u64 handle;
@@ -176,13 +190,6 @@ static DECLARE_DELAYED_WORK(gdr_reap_work, gdr_orphans_reap_fn);
 /* Slot markers: taken by a PIN that has not finished; generations used up. */
 #define GDR_SLOT_RESERVED ((struct gdr_region *)1)
 #define GDR_SLOT_RETIRED  ((struct gdr_region *)2)
-
-/* Who may use a file: identity only, nothing dereferenced or referenced. */
-struct gdr_owner {
-	pid_t tgid;
-	u64 start_time;		/* of the group leader: a reused tgid has a later one */
-	u64 exec_id;		/* self_exec_id: bumped by every execve */
-};
 
 struct gdr_file {
 	struct gdr_owner owner;
@@ -444,7 +451,11 @@ static bool gdr_region_put_pages(struct gdr_region *r,
 		ret = nvidia_p2p_put_pages_persistent(r->va, pt, 0);
 	else
 #endif
-		/* Blocks while a callback on pt runs; after it, none can start. */
+		/*
+		 * Only in r's owner's process (see the top of this file).
+		 * Blocks while a callback on pt runs; after it, none can start.
+		 * 0 also when that callback took the table.
+		 */
 		ret = nvidia_p2p_put_pages(0, 0, r->va, pt);
 	if (!ret)
 		return true;
@@ -458,7 +469,7 @@ static bool gdr_region_put_pages(struct gdr_region *r,
 		pr_err_ratelimited("%sput_pages va 0x%llx len 0x%llx: %d; kept until %s\n",
 				   r->persistent ? "persistent " : "", r->va, r->len, ret,
 				   r->persistent ? "a retry succeeds" :
-				   "the free callback or a retry");
+				   "the free callback or the owner's next call");
 	return done;
 }
 
@@ -497,7 +508,7 @@ static void gdr_region_orphan(struct gdr_region *r)
 	mutex_unlock(&gdr_orphans_lock);
 	if (revoked)
 		gdr_region_done(r);
-	else
+	else if (r->persistent)
 		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
 }
 
@@ -512,24 +523,35 @@ static void gdr_region_give_back(struct gdr_region *r,
 	gdr_region_done(r);
 }
 
+/* May the current process put r's page table? */
+static bool gdr_may_put(const struct gdr_region *r, const struct gdr_owner *who)
+{
+	if (r->persistent)
+		return true;
+	return who && who->tgid == r->owner.tgid &&
+	       who->start_time == r->owner.start_time;
+}
+
 /*
- * Finish the orphans that a callback revoked and, if retry, put the others
- * again. Returns true while orphans remain.
+ * Finish the orphans that a callback revoked and, if retry, put again those
+ * the caller may put: persistent ones from anywhere, callback-mode ones only
+ * when who is the current process and owns them. Returns true while
+ * persistent orphans remain (the worker's business).
  */
-static bool gdr_orphans_scan(bool retry)
+static bool gdr_orphans_scan(bool retry, const struct gdr_owner *who)
 {
 	struct nvidia_p2p_page_table *pt;
 	struct gdr_region *r, *tmp;
 	LIST_HEAD(done);
 	unsigned long flags;
-	bool left, finished;
+	bool left = false, finished;
 
 	mutex_lock(&gdr_orphans_lock);
 	list_for_each_entry_safe(r, tmp, &gdr_orphans, orphan_node) {
 		pt = NULL;
 		spin_lock_irqsave(&r->lock, flags);
 		finished = r->state == GDR_REGION_REVOKED;
-		if (!finished && retry) {
+		if (!finished && retry && gdr_may_put(r, who)) {
 			r->state = GDR_REGION_PUTTING;
 			pt = r->pt;
 		}
@@ -539,9 +561,10 @@ static bool gdr_orphans_scan(bool retry)
 		if (finished) {
 			list_move_tail(&r->orphan_node, &done);
 			gdr_nr_orphans--;
+		} else if (r->persistent) {
+			left = true;
 		}
 	}
-	left = !list_empty(&gdr_orphans);
 	mutex_unlock(&gdr_orphans_lock);
 
 	list_for_each_entry_safe(r, tmp, &done, orphan_node) {
@@ -555,13 +578,24 @@ static bool gdr_orphans_scan(bool retry)
 
 static void gdr_orphans_retry_fn(struct work_struct *work)
 {
-	if (gdr_orphans_scan(true))
+	if (gdr_orphans_scan(true, NULL))
 		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
 }
 
 static void gdr_orphans_reap_fn(struct work_struct *work)
 {
-	gdr_orphans_scan(false);
+	gdr_orphans_scan(false, NULL);
+}
+
+/* The current process is a file's owner: put its callback-mode orphans again. */
+static void gdr_orphans_retry_owner(void)
+{
+	struct gdr_owner me;
+
+	if (!READ_ONCE(gdr_nr_orphans))
+		return;
+	gdr_owner_current(&me);
+	gdr_orphans_scan(true, &me);
 }
 
 static bool gdr_slot_live(const struct gdr_region *r)
@@ -823,6 +857,7 @@ static long gdr_ioctl_pin(struct gdr_file *gf, void __user *uarg)
 	INIT_LIST_HEAD(&r->orphan_node);
 	r->state = GDR_REGION_PINNED;
 	r->gf = gf;
+	r->owner = gf->owner;
 	r->va = p.va;
 	r->len = p.len;
 	r->npages = p.len >> GDRCACHE_PAGE_SHIFT;
@@ -934,6 +969,8 @@ static long gdr_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 
 	if (!gdr_may_use(gf))
 		return -EACCES;
+	/* Orphans' put_pages can only work here, in their owner's process. */
+	gdr_orphans_retry_owner();
 
 	switch (cmd) {
 	case GDRCACHE_IOCTL_GET_VERSION:
@@ -1132,8 +1169,10 @@ static int gdr_flush(struct file *filp, fl_owner_t id)
 {
 	struct gdr_file *gf = filp->private_data;
 
-	if (!READ_ONCE(gf->dead) && gdr_same_process(gf))
+	if (!READ_ONCE(gf->dead) && gdr_same_process(gf)) {
 		gdr_file_end(gf);
+		gdr_orphans_retry_owner();
+	}
 	return 0;
 }
 
@@ -1181,8 +1220,8 @@ static int __init gdr_init(void)
 		pr_err("misc_register: %d\n", ret);
 		return ret;
 	}
-	pr_info("uapi %u.%u, max_pins %u\n", GDRCACHE_UAPI_VERSION_MAJOR,
-		GDRCACHE_UAPI_VERSION_MINOR, max_pins);
+	pr_info("version %s, uapi %u.%u, max_pins %u\n", GDR_VERSION,
+		GDRCACHE_UAPI_VERSION_MAJOR, GDRCACHE_UAPI_VERSION_MINOR, max_pins);
 	return 0;
 }
 
@@ -1199,3 +1238,7 @@ module_exit(gdr_exit);
 
 MODULE_DESCRIPTION("GPUDirect RDMA registration cache: pins GPU memory through nvidia_p2p_get_pages");
 MODULE_LICENSE("Dual MIT/GPL");
+/* The project's VERSION file, passed in by Kbuild. */
+MODULE_VERSION(GDR_VERSION);
+/* modprobe loads NVIDIA's driver first, whose nvidia_p2p_* we import. */
+MODULE_SOFTDEP("pre: nvidia");

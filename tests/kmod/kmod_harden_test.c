@@ -11,6 +11,11 @@
  *   len           9: huge PIN lengths, as root and as nobody: no WARN, no huge
  *                 allocation
  *   put-fail     10: put_pages fails: orphans, their callback, retries, no unload
+ *   put-context  issue 15: a callback-mode orphan is put again only from its
+ *                owner's process (NVIDIA's put_pages from another process or a
+ *                kworker returns 0 and releases nothing)
+ *   get-errors   issue 15: every code NVIDIA's get_pages returns reaches PIN
+ *                as a clear errno, with no slot, charge or pin left behind
  *   owner        11: SCM_RIGHTS, fork-inherited fd and mapping, close while mapped
  *   identity     12: a new process with the dead owner's pid (and mm address)
  *   memcg        13: per-file memory and page arrays are charged to the memcg
@@ -480,7 +485,10 @@ static void test_put_fail(void)
 	kt_sim_fault(sim, NVP2P_SIM_FAULT_PUT_ENOMEM, 1);
 	kt_expect(kt_gdr_unpin(fd, p1.handle), 0, "UNPIN, put_pages fails: still 0");
 	kt_check(param("gdrcache", "orphans") == 1, "one orphan");
-	kt_check(wait_sim(0, 0, 5) && wait_orphans(0, 1), "a retry put it: sim and module hold nothing");
+	/* Retried in the owner's context (its next call), never from a kworker. */
+	kt_gdr_version(fd, &v);
+	kt_check(wait_sim(0, 0, 5) && wait_orphans(0, 1),
+		 "the owner's next call put it: sim and module hold nothing");
 
 	/* b. The callback finishes an orphan, and touches no live pin. */
 	kt_expect(kt_gdr_pin(fd, (uintptr_t)b2, KT_GPU_PAGE, 0, &p2), 0, "PIN b2");
@@ -515,9 +523,13 @@ static void test_put_fail(void)
 	ret = delete_module("gdrcache");
 	kt_check(ret != 0, "rmmod gdrcache with orphans refused (%s)", ret ? strerror(-ret) : "unloaded");
 	kt_sim_fault(sim, NVP2P_SIM_FAULT_NONE, 0);
-	kt_check(wait_sim(0, 0, 5) && wait_orphans(0, 1), "fault cleared: retries gave both back");
+	/* The worker retries the persistent one; the callback-mode one, whose
+	 * owner has no file left to call on, waits for its callback. */
+	kt_check(wait_sim(1, 0, 5) && wait_orphans(1, 1),
+		 "fault cleared: the retry gave the persistent one back, the other waits");
+	kt_expect(kt_sim_free(sim, id3), 0, "FREE b3: its callback finishes the last orphan");
+	kt_check(wait_sim(0, 0, 1) && wait_orphans(0, 1), "nothing left");
 	kt_sim_free(sim, id1);
-	kt_sim_free(sim, id3);
 }
 
 /* ---- 11: pins do not outlive their owner -------------------------------------------------- */
@@ -1023,6 +1035,89 @@ static void test_get_pages_fault(void)
 	kt_check(wait_sim(0, 0, 1), "sim: nothing left");
 }
 
+/* ---- issue 15: NVIDIA's put_pages only works in the pinning process ----------------------- */
+
+/*
+ * NVIDIA's RmP2PPutPages() finds a callback-mode page table among the RM
+ * clients of the calling pid; from any other context (a kworker, another
+ * process) it finds nothing and nvidia_p2p_put_pages() returns 0 having
+ * released nothing (the simulator does the same). A module that retried an
+ * orphan from a workqueue would count it given back while NVIDIA still holds
+ * it, free the region, and meet the free callback later with freed memory.
+ */
+static void test_put_context(void)
+{
+	struct gdrcache_pin p;
+	struct gdrcache_version v;
+	char *b = kt_gpu_mem(KT_GPU_PAGE);
+	long long foreign0 = param("nvp2p_sim", "put_foreign");
+	uint64_t id;
+	int fd = kt_gdr_open();
+
+	kt_sim_alloc(sim, b, KT_GPU_PAGE, &id);
+	kt_expect(kt_gdr_pin(fd, (uintptr_t)b, KT_GPU_PAGE, 0, &p), 0, "PIN");
+	kt_sim_fault(sim, NVP2P_SIM_FAULT_PUT_ENOMEM, 1);
+	kt_expect(kt_gdr_unpin(fd, p.handle), 0, "UNPIN, put_pages fails: an orphan");
+	kt_check(param("gdrcache", "orphans") == 1, "one orphan");
+	/* The old module retried every second from a kworker. */
+	usleep(2500 * 1000);
+	kt_check(param("nvp2p_sim", "put_foreign") == foreign0,
+		 "no put_pages from another context (%lld, want %lld)",
+		 param("nvp2p_sim", "put_foreign"), foreign0);
+	kt_check(param("gdrcache", "orphans") == 1 && wait_sim(1, 0, 0),
+		 "2.5 s later the orphan is still counted and still pinned at the provider");
+	kt_gdr_version(fd, &v);
+	kt_check(wait_sim(0, 0, 1) && wait_orphans(0, 1),
+		 "the owner's next call gave it back: sim and module hold nothing");
+	close(fd);
+	kt_sim_free(sim, id);
+	kt_gpu_mem_free(b, KT_GPU_PAGE);
+}
+
+/* ---- issue 15: every error NVIDIA's get_pages returns ------------------------------------ */
+
+#define KT_ENOTSUPP 524	/* kernel-internal, what NVIDIA returns for NV_ERR_NOT_SUPPORTED */
+
+static void test_get_errors(void)
+{
+	static const int codes[] = { EINVAL, ENOMEM, EIO, KT_ENOTSUPP, EBUSY, ENODEV };
+	struct gdrcache_pin p;
+	char *b = kt_gpu_mem(KT_GPU_PAGE);
+	long long total = param("gdrcache", "max_total_pins");
+	char buf[32];
+	uint64_t id;
+	size_t i;
+	int fd = kt_gdr_open(), persistent, want;
+
+	kt_sim_alloc(sim, b, KT_GPU_PAGE, &id);
+	/* One pin in all: a slot or charge left behind by a failure shows at once. */
+	kt_check(kt_set_param("gdrcache", "max_total_pins", "1") == 0, "max_total_pins=1");
+	for (persistent = 0; persistent < 2; persistent++) {
+		for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+			uint32_t fl = persistent ? GDRCACHE_PIN_PERSISTENT : 0;
+
+			want = codes[i] == KT_ENOTSUPP ? EOPNOTSUPP : codes[i];
+			kt_expect(kt_sim_fault(sim, NVP2P_SIM_FAULT_GET_ERR, codes[i]), 0,
+				  "inject %d", codes[i]);
+			kt_expect(kt_gdr_pin(fd, (uintptr_t)b, KT_GPU_PAGE, fl, &p), -want,
+				  "%s PIN, NVIDIA returns -%d: -%d (%s)",
+				  persistent ? "persistent" : "callback", codes[i], want,
+				  strerror(want));
+			kt_check(wait_sim(0, 0, 0), "nothing pinned at the provider");
+			kt_expect(kt_gdr_pin(fd, (uintptr_t)b, KT_GPU_PAGE, fl, &p), 0,
+				  "the next PIN succeeds (slot and charge were given back)");
+			kt_expect(kt_gdr_unpin(fd, p.handle), 0, "UNPIN");
+		}
+	}
+	kt_check(param("gdrcache", "orphans") == 0, "no orphans");
+	snprintf(buf, sizeof(buf), "%lld", total);
+	kt_set_param("gdrcache", "max_total_pins", buf);
+	close(fd);
+	kt_sim_free(sim, id);
+	kt_check(wait_sim(0, 0, 1), "sim: nothing left");
+	kt_gpu_mem_free(b, KT_GPU_PAGE);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -1039,6 +1134,8 @@ int main(int argc, char **argv)
 		{ "memcg", test_memcg },
 		{ "access", test_access },
 		{ "get-pages-fault", test_get_pages_fault },
+		{ "put-context", test_put_context },
+		{ "get-errors", test_get_errors },
 	};
 	size_t i;
 

@@ -31,20 +31,43 @@
  *    interrupts off or preemption disabled is counted (free_table_atomic) and
  *    logged, not warned about, so that a test can tell.
  *  - put_pages blocks while a callback on that page table is being
- *    dispatched, then fails with -EINVAL, as it does for a page table the
- *    callback already took (NVIDIA's open driver returns 0 there). Revoked
- *    page tables are kept as tombstones (up to SIM_MAX_TOMBSTONES) so that
- *    such a late put never hits a reused pointer.
+ *    dispatched (NVIDIA's teardown and rm_p2p_put_pages() both run under the
+ *    RM API lock), then returns 0, as nv_p2p_put_pages() does when the RM
+ *    no longer finds the table (NV_ERR_OBJECT_NOT_FOUND is turned into 0).
+ *    Revoked page tables are kept as tombstones (up to SIM_MAX_TOMBSTONES)
+ *    so that such a late put never hits a reused pointer.
+ *  - put_pages from a process other than the one that pinned returns 0 and
+ *    releases nothing: RmP2PPutPages() with p2p_token 0 looks the table up
+ *    among the RM clients of osGetCurrentProcess() (current->tgid), finds
+ *    nothing, and nv_p2p_put_pages() reports that as success. The pin stays
+ *    live and its callback still comes (counted in put_foreign).
  *  - Persistent pins get no callback; they keep the allocation's pages pinned
- *    after FREE until the last put_pages_persistent.
+ *    after FREE until the last put_pages_persistent, which works from any
+ *    context (RmP2PPutPagesPersistent() takes the RM object, not a pid).
+ *  - 535's persistent calls refuse any flag but 0 with -EINVAL.
+ *  - A failed get_pages leaves *page_table pointing at freed memory, as
+ *    nv_p2p_get_pages() does (it stores &mem_info->page_table first and
+ *    frees mem_info on failure): here a poison pointer that faults if read.
+ *  - Return codes are those nvidia_p2p_map_status() produces: -EINVAL,
+ *    -ENOMEM, -EIO, -ENOTSUPP, -EBUSY (NV_ERR_STATE_IN_USE), -ENODEV
+ *    (NV_ERR_GPU_UUID_NOT_FOUND, the persistent path); any of them can be
+ *    injected (NVP2P_SIM_FAULT_GET_ERR).
+ *  - nvidia_p2p_free_page_table() and nvidia_p2p_free_dma_mapping() return
+ *    0 whatever they are given (no-ops in the open driver); the misuse checks
+ *    above only log and warn.
  *  - dma_map_pages returns the physical addresses unchanged (no IOMMU).
  *  - Faults: -ENOMEM once N pins are outstanding (BAR exhaustion), -EIO on
- *    the next N get_pages, a delay around each callback dispatch to widen
- *    races, -ENOMEM from the next N put_pages (the open driver's failure:
- *    nothing is released, the callback stays armed), a delay between arming
- *    the callback and returning from get_pages (SET_FAULT); -ENOTSUPP from
- *    get_pages via the enotsupp parameter; the page table version via
- *    page_table_version.
+ *    the next N get_pages, one chosen error from the next get_pages, a delay
+ *    around each callback dispatch to widen races, -ENOMEM from the next N
+ *    put_pages (nv_kmem_cache_alloc_stack() failing: nothing is released,
+ *    the callback stays armed), a delay between arming the callback and
+ *    returning from get_pages (SET_FAULT); -ENOTSUPP from get_pages via the
+ *    enotsupp parameter; the page table version via page_table_version.
+ *
+ * Not determined from NVIDIA's source, kept strict here (the module never
+ * does these): put_pages on a persistent table, put_pages_persistent on a
+ * table that is not one (NVIDIA dereferences it), put_pages from inside a
+ * free callback (NVIDIA would re-take the RM API lock its teardown holds).
  *
  * Not simulated: BAR1 address space, real GPU page sizes and contiguity,
  * p2p tokens, MIG, vGPU, the rsync API, nvidia_p2p_init_mapping.
@@ -73,6 +96,8 @@
 #define SIM_MAX_ALLOC		(1ULL << 30)
 #define SIM_MAX_TOMBSTONES	4096
 #define SIM_MAX_CB_DELAY_US	1000000
+/* What a failed get_pages leaves in *page_table: NVIDIA leaves freed memory. */
+#define SIM_POISON_PT		((struct nvidia_p2p_page_table *)0xdead0000000ba5e0UL)
 
 static uint page_table_version = NVIDIA_P2P_PAGE_TABLE_VERSION;
 module_param(page_table_version, uint, 0644);
@@ -93,6 +118,10 @@ static ulong race_put_late;
 module_param(race_put_late, ulong, 0444);
 MODULE_PARM_DESC(race_put_late,
 		 "put_pages calls on a page table whose callback had already run");
+static ulong put_foreign;
+module_param(put_foreign, ulong, 0444);
+MODULE_PARM_DESC(put_foreign,
+		 "put_pages calls from a process other than the pinning one (returned 0, released nothing)");
 static ulong free_table_atomic;
 module_param(free_table_atomic, ulong, 0444);
 MODULE_PARM_DESC(free_table_atomic,
@@ -129,6 +158,7 @@ struct sim_pin {
 	u64 va;
 	u64 len;
 	bool persistent;
+	pid_t tgid;			/* the pinning process (RM looks it up by pid) */
 	void (*free_callback)(void *data);
 	void *data;
 	enum sim_pin_state state;
@@ -151,6 +181,7 @@ static u64 sim_eio_next;
 static u64 sim_cb_delay_us;
 static u64 sim_put_enomem_next;
 static u64 sim_get_delay_us;
+static int sim_get_err;			/* the next get_pages fails with it */
 static DECLARE_WAIT_QUEUE_HEAD(sim_wq);	/* a pin left SIM_PIN_REVOKING */
 
 static u8 sim_gpu_uuid[NVIDIA_P2P_GPU_UUID_LEN] = "nvp2p_sim-GPU-0";
@@ -274,19 +305,26 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	u64 i, n, delay;
 	int ret;
 
-	if (!ptp || !len || !IS_ALIGNED(va, SIM_GPU_PAGE_SIZE) ||
-	    !IS_ALIGNED(len, SIM_GPU_PAGE_SIZE) || va + len < va ||
-	    len > SIM_MAX_ALLOC)
+	/* NVIDIA dereferences a NULL ptp; its RM refuses an unaligned va
+	 * (NV_ERR_INVALID_ARGUMENT) and rounds a partial last page up: both
+	 * refused here. */
+	if (!ptp)
 		return -EINVAL;
-	if (!persistent && !free_callback)
-		return -EINVAL;
-	if (enotsupp == 2 || (enotsupp == 1 && persistent))
-		return -ENOTSUPP;
-
+	/* nv_p2p_get_pages(): *page_table = NULL before anything can fail. */
+	*ptp = NULL;
 	n = len / SIM_GPU_PAGE_SIZE;
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
 	if (!pin)
-		return -ENOMEM;
+		return -ENOMEM;	/* mem_info's allocation: *page_table stays NULL */
+	/* The RM's checks come after *page_table = &mem_info->page_table. */
+	ret = -EINVAL;
+	if (!len || !IS_ALIGNED(va, SIM_GPU_PAGE_SIZE) ||
+	    !IS_ALIGNED(len, SIM_GPU_PAGE_SIZE) || va + len < va ||
+	    len > SIM_MAX_ALLOC)
+		goto free_pin;
+	ret = -ENOTSUPP;
+	if (enotsupp == 2 || (enotsupp == 1 && persistent))
+		goto free_pin;
 	pin->entries = kvcalloc(n, sizeof(*pin->entries), GFP_KERNEL);
 	pin->ptrs = kvcalloc(n, sizeof(*pin->ptrs), GFP_KERNEL);
 	if (!pin->entries || !pin->ptrs) {
@@ -295,6 +333,11 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	}
 
 	mutex_lock(&sim_lock);
+	if (sim_get_err) {
+		ret = sim_get_err;
+		sim_get_err = 0;
+		goto unlock;
+	}
 	if (sim_eio_next) {
 		sim_eio_next--;
 		ret = -EIO;
@@ -303,12 +346,12 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	if (sim_enomem_after &&
 	    sim_stats.outstanding_pins + sim_stats.outstanding_persistent >=
 	    sim_enomem_after) {
-		ret = -ENOMEM;
+		ret = -ENOMEM;	/* NV_ERR_INSUFFICIENT_RESOURCES: BAR1 full */
 		goto unlock;
 	}
 	a = sim_find_alloc(va, len);
 	if (!a) {
-		ret = -EINVAL;
+		ret = -EINVAL;	/* NV_ERR_INVALID_ARGUMENT / OBJECT_NOT_FOUND */
 		goto unlock;
 	}
 
@@ -327,6 +370,7 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	pin->va = va;
 	pin->len = len;
 	pin->persistent = persistent;
+	pin->tgid = current->tgid;
 	pin->free_callback = free_callback;
 	pin->data = data;
 	pin->state = SIM_PIN_LIVE;
@@ -338,7 +382,12 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **ptp,
 	else
 		sim_stats.outstanding_pins++;
 	sim_stats.total_pins++;
-	/* Published before any callback can fire: FREE needs sim_lock. */
+	/*
+	 * Published before any callback can fire: FREE needs sim_lock. NVIDIA
+	 * stores *page_table first of all and registers the callback last
+	 * (rm_p2p_register_callback()), in its own API-lock section: a free
+	 * can call back between that and get_pages' return.
+	 */
 	*ptp = &pin->pt;
 	delay = sim_get_delay_us;
 	mutex_unlock(&sim_lock);
@@ -352,6 +401,8 @@ free_pin:
 	kvfree(pin->entries);
 	kvfree(pin->ptrs);
 	kfree(pin);
+	/* NVIDIA's failure path frees mem_info but leaves *page_table at it. */
+	*ptp = SIM_POISON_PT;
 	return ret;
 }
 
@@ -360,7 +411,9 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space,
 			 struct nvidia_p2p_page_table **page_table,
 			 void (*free_callback)(void *data), void *data)
 {
-	if (p2p_token || va_space)
+	/* nvidia_p2p_get_pages(): a NULL callback is -EINVAL. p2p tokens and
+	 * VA space tokens (deprecated) are not simulated. */
+	if (!free_callback || p2p_token || va_space)
 		return -EINVAL;
 	return sim_get_pages(virtual_address, length, page_table,
 			     free_callback, data, false);
@@ -371,7 +424,9 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 				    struct nvidia_p2p_page_table **page_table,
 				    uint32_t flags)
 {
-	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
+	/* 535's nvidia_p2p_get_pages_persistent(): flags != 0 is -EINVAL
+	 * (later drivers accept NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING). */
+	if (flags)
 		return -EINVAL;
 	return sim_get_pages(virtual_address, length, page_table, NULL, NULL,
 			     true);
@@ -395,8 +450,9 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 {
 	struct sim_pin *pin;
 
+	/* nvidia_p2p_put_pages(): NULL is 0. */
 	if (!page_table)
-		return -EINVAL;
+		return 0;
 
 	mutex_lock(&sim_lock);
 	if (sim_in_callback()) {
@@ -404,18 +460,22 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 		WARN(1, "nvp2p_sim: %s called from a free callback\n", __func__);
 		return -EINVAL;
 	}
+	/* nv_kmem_cache_alloc_stack() failing: -ENOMEM, nothing done. */
 	if (sim_put_fails()) {
 		mutex_unlock(&sim_lock);
 		return -ENOMEM;
 	}
+	/* The virtual address is not used to find the table (RmP2PPutPages()
+	 * looks it up by the table pointer alone). */
 	pin = sim_find(&sim_pins, page_table);
-	if (pin && (pin->persistent || pin->va != virtual_address)) {
+	if (pin && pin->persistent) {
 		mutex_unlock(&sim_lock);
-		pr_err("put_pages: va 0x%llx does not match that page table\n",
+		pr_err("put_pages on a persistent page table (va 0x%llx)\n",
 		       virtual_address);
 		return -EINVAL;
 	}
 	if (pin) {
+		/* The RM API lock: wait out a teardown dispatching our callback. */
 		pin->waiters++;
 		if (pin->state == SIM_PIN_REVOKING)
 			race_put_waited++;
@@ -426,6 +486,16 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 		}
 		pin->waiters--;
 		if (pin->state == SIM_PIN_LIVE) {
+			if (pin->tgid != current->tgid) {
+				/* Not among this pid's RM clients: "not
+				 * found", which nv_p2p_put_pages() turns
+				 * into success. Nothing is released. */
+				put_foreign++;
+				mutex_unlock(&sim_lock);
+				pr_info_ratelimited("put_pages of va 0x%llx from pid %d, pinned by %d: 0, nothing released\n",
+						    pin->va, current->tgid, pin->tgid);
+				return 0;
+			}
 			list_del(&pin->node);
 			sim_stats.outstanding_pins--;
 			sim_pin_destroy(pin);
@@ -437,14 +507,14 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 		if (pin)
 			race_put_late++;
 	}
-	/* Its callback took it: a late put frees the tombstone. */
+	/* Its callback took it: NV_ERR_OBJECT_NOT_FOUND, reported as 0. */
 	if (pin && !pin->waiters) {
 		list_del(&pin->node);
 		sim_ntombstones--;
 		sim_pin_destroy(pin);
 	}
 	mutex_unlock(&sim_lock);
-	return -EINVAL;
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
@@ -454,8 +524,11 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 {
 	struct sim_pin *pin;
 
-	if (!page_table || flags)
+	/* nvidia_p2p_put_pages_persistent(): flags first, then NULL is 0. */
+	if (flags)
 		return -EINVAL;
+	if (!page_table)
+		return 0;
 	mutex_lock(&sim_lock);
 	if (sim_put_fails()) {
 		mutex_unlock(&sim_lock);
@@ -484,8 +557,9 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 {
 	struct sim_pin *pin;
 
+	/* A no-op returning 0 in the open driver: the checks only report. */
 	if (!page_table)
-		return -EINVAL;
+		return 0;
 	if (irqs_disabled() || preempt_count()) {
 		free_table_atomic++;
 		pr_err_ratelimited("nvidia_p2p_free_page_table called with interrupts or preemption disabled\n");
@@ -494,7 +568,7 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 	if (READ_ONCE(pin->state) != SIM_PIN_REVOKING ||
 	    pin->cb_task != current) {
 		WARN(1, "nvp2p_sim: %s outside its free callback\n", __func__);
-		return -EINVAL;
+		return 0;
 	}
 	WRITE_ONCE(pin->table_freed, true);
 	return 0;
@@ -508,7 +582,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	struct nvidia_p2p_dma_mapping *m;
 	u32 i;
 
-	if (!peer || !page_table || !dma_mapping || !page_table->pages)
+	if (!peer || !page_table || !dma_mapping || !page_table->gpu_uuid)
 		return -EINVAL;
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
@@ -544,10 +618,10 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
 
-/* A no-op in NVIDIA's driver too: unmap frees the mapping. */
+/* A no-op returning 0 in NVIDIA's driver too: unmap frees the mapping. */
 int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
 {
-	return dma_mapping ? 0 : -EINVAL;
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_free_dma_mapping);
 
@@ -724,6 +798,7 @@ static long sim_ioctl_set_fault(void __user *uarg)
 		sim_cb_delay_us = 0;
 		sim_put_enomem_next = 0;
 		sim_get_delay_us = 0;
+		sim_get_err = 0;
 		break;
 	case NVP2P_SIM_FAULT_ENOMEM_AFTER:
 		sim_enomem_after = f.value;
@@ -745,6 +820,17 @@ static long sim_ioctl_set_fault(void __user *uarg)
 			ret = -EINVAL;
 		else
 			sim_get_delay_us = f.value;
+		break;
+	case NVP2P_SIM_FAULT_GET_ERR:
+		/* Only what nvidia_p2p_map_status() can return. */
+		switch (f.value) {
+		case 0: case EINVAL: case ENOMEM: case EIO: case ENOTSUPP:
+		case EBUSY: case ENODEV:
+			sim_get_err = -(int)f.value;
+			break;
+		default:
+			ret = -EINVAL;
+		}
 		break;
 	default:
 		ret = -EINVAL;

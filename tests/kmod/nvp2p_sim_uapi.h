@@ -8,7 +8,8 @@
  * VA) and serves nvidia_p2p_get_pages() on it with 64 KiB pages. FREE (or closing the control file,
  * or the owning process exiting) fires the free callbacks of all callback-mode pins overlapping the
  * allocation synchronously, as the real driver does inside cuMemFree; persistent pins keep the pages
- * alive until nvidia_p2p_put_pages_persistent.
+ * alive until nvidia_p2p_put_pages_persistent. Return codes, callback timing and the persistent API
+ * follow NVIDIA's nv-p2p.c (535): nvp2p_sim.c says which path mirrors what.
  */
 #ifndef NVP2P_SIM_UAPI_H
 #define NVP2P_SIM_UAPI_H
@@ -45,6 +46,9 @@ struct nvp2p_sim_fault {
 					   * and change nothing, as the open driver's do when it cannot allocate its stack */
 #define NVP2P_SIM_FAULT_GET_DELAY       5 /* get_pages sleeps value microseconds after arming the free callback and
 					   * before returning: a FREE meanwhile calls back before the client has the table */
+#define NVP2P_SIM_FAULT_GET_ERR         6 /* the next get_pages / get_pages_persistent fails with -value, one of the
+					   * codes NVIDIA's nvidia_p2p_map_status() returns: EINVAL, ENOMEM, EIO,
+					   * ENOTSUPP (524), EBUSY, ENODEV; 0 = off */
 
 struct nvp2p_sim_stats {
 	__u64 outstanding_pins;        /* callback-mode page tables not yet put or freed */

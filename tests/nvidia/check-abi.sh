@@ -267,7 +267,8 @@ G=$W/gdr; rm -rf "$G"; mkdir -p "$G/hdr"
 cp "$OSRC/nvidia/nv-p2p.h" "$G/hdr/"
 for v in real ours; do
 	mkdir -p "$G/$v/kmod"
-	cp "$ROOT"/kmod/{gdrcache.c,Kbuild,Makefile,check-no-gpl-symbols.sh} "$G/$v/kmod/"
+	cp "$ROOT"/kmod/{gdrcache.c,Kbuild,Makefile,check-no-gpl-symbols.sh,nvidia-symvers.sh} "$G/$v/kmod/"
+	cp "$ROOT/VERSION" "$G/$v/"
 	cp "$OURS" "$G/$v/kmod/nv_p2p_abi.h"
 	ln -sfn "$ROOT/include" "$G/$v/include"
 	args=(KDIR="$KDIR" KBUILD_EXTRA_SYMBOLS="$SYMVERS" GDR_WERROR=1)
