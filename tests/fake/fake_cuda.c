@@ -4,6 +4,10 @@
  * libcuda, with the real entry points' names and C prototypes, behaving as the real driver was
  * measured to behave (FACTS.md, and the probes listed here), plus a control API (fake_cuda.h).
  *
+ * This file: the memory model (VA arena, chunks, allocations), pointer attributes, dma-buf export,
+ * call counting and faults, cuGetProcAddress. fake_cuda_ctx.c, fake_cuda_pool.c and fake_cuda_ipc.c
+ * hold the rest (fake_cuda_internal.h is what they share).
+ *
  * Measured on an H100, driver 580.159.04, CUDA 13.0 (probes run for this file), and simulated:
  *  - cuGetProcAddress_v2: an unknown name returns CUDA_SUCCESS with *pfn = NULL and status
  *    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1), not CUDA_ERROR_NOT_FOUND; a name asked for with a
@@ -36,7 +40,8 @@
  *    CUDA_ERROR_NOT_SUPPORTED; unmap + map gives a new BUFFER_ID; a partial cuMemUnmap and a
  *    cuMemAddressFree with a live mapping: CUDA_ERROR_INVALID_VALUE.
  *  - Pool (cuMemAllocAsync): CONTEXT NULL, IS_GPU_DIRECT_RDMA_CAPABLE 0, MEMPOOL_HANDLE set,
- *    SYNC_MEMOPS succeeds, dma-buf export works. (The real pool maps 32 MiB; here 2 MiB chunks.)
+ *    SYNC_MEMOPS succeeds. Its 32 MiB chunks, their MAPPING attributes and their export rule
+ *    (measured on H200s for issue 11): fake_cuda_pool.c.
  *  - Device memory: MAPPING_BASE_ADDR / MAPPING_SIZE = the 2 MiB chunk, MEMORY_BLOCK_ID = the chunk.
  *  - cuMemGetHandleForAddressRange(DMA_BUF_FD): dptr and size multiples of 4096, size > 0, else
  *    INVALID_VALUE; flags != 0: NOT_SUPPORTED; no current context: INVALID_CONTEXT. Export is by
@@ -47,7 +52,8 @@
  *    2 MiB chunk holding three 4 KiB buffers, a 3 MiB buffer's last 1 MiB plus its chunk's tail)
  *    or spans chunks (4 MiB over two 2 MiB buffers); one running into an unmapped VMM range
  *    fails. Simulated rule: every byte inside live DEVICE, POOL or VMM chunks, and at least one
- *    live DEVICE, POOL or VMM allocation overlapping the range.
+ *    live DEVICE, POOL or VMM allocation overlapping the range; pool chunks only whole (H200,
+ *    fake_cuda_pool.c); the memory's device must have DMA_BUF_SUPPORTED.
  *  - Threads: a new thread has no current context; pointer queries and SYNC_MEMOPS still work;
  *    cuCtxGetFlags, cuMemAlloc, cuMemGetHandleForAddressRange, cuMemGetAddressRange and
  *    DEVICE_POINTER return CUDA_ERROR_INVALID_CONTEXT.
@@ -58,13 +64,12 @@
  *    "cuMemFreeAsync" with flags 0 and 2 (PER_THREAD_DEFAULT_STREAM: the _ptsz function),
  *    "cuDevicePrimaryCtxRelease"/"Reset" at 7000 (the v1 functions; _v2 from 11000), "cuCtxDestroy"
  *    (_v2 from 4000). Simulated: that table; a flags-2 lookup of a function with a _ptsz variant
- *    returns it. Simulated without measurement: cuCtxDestroy(_v2), cuDevicePrimaryCtxReset(_v2),
- *    and the last cuDevicePrimaryCtxRelease(_v2) after as many retains free every allocation of the
- *    context (DEVICE, POOL, MANAGED, HOST; not VMM) and the fake's one context stays usable (as if
- *    recreated); cuIpcOpenMemHandle_v2 maps a fresh DEVICE allocation (of the size in the handle's
- *    first 8 bytes, 2 MiB if 0) that cuIpcCloseMemHandle frees; cuMemUnmap is fake_cuda_vmm_unmap.
- *  - Device attributes: 0 and >= 148 (CU_DEVICE_ATTRIBUTE_MAX): INVALID_VALUE; device 1:
- *    INVALID_DEVICE. cuGetErrorName of an unknown code: INVALID_VALUE, *str = NULL.
+ *    returns it. cuMemUnmap is fake_cuda_vmm_unmap.
+ *  - Devices and contexts (what a context destroy, reset or release frees, several GPUs, measured
+ *    on two H200s): fake_cuda_ctx.c. Memory imported from another process (legacy IPC, VMM
+ *    shareable handles) and the VMM entry points: fake_cuda_ipc.c.
+ *  - Device attributes: 0 and >= 148 (CU_DEVICE_ATTRIBUTE_MAX): INVALID_VALUE; a device >= the
+ *    count: INVALID_DEVICE. cuGetErrorName of an unknown code: INVALID_VALUE, *str = NULL.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -83,116 +88,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fake_cuda.h"
+#include "fake_cuda_internal.h"
 #include "nvp2p_sim_uapi.h"
 
-#define EXPORT __attribute__((visibility("default")))
-
-/* The free and allocation entry points that libgdrcache patches (lib/patch.c): their exported
- * symbols are assembly prologues SIMULATING libcuda 580.159.04's entry bytes (fake_entry_<arch>.S)
- * that call fake_impl_<name>, defined here (hidden). fake_api_flag is what the x86-64 prologue's
- * RIP-relative cmp reads, as libcuda's does. Elsewhere the C function is the entry point. */
-#define FAKE_PATCHED_ENTRIES(X)                                                                    \
-	X(cuMemFree_v2) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemFreeHost) X(cuMemUnmap)    \
-	X(cuIpcCloseMemHandle) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset)       \
-	X(cuDevicePrimaryCtxReset_v2) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) \
-	X(cuMemAlloc_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocHost_v2)           \
-	X(cuMemAllocManaged)
-#if defined(__x86_64__) || defined(__aarch64__)
-#define ENTRY_FN(name) fake_impl_##name
-#define ENTRY_EXPORT
-#else
-#define ENTRY_FN(name) name
-#define ENTRY_EXPORT EXPORT
-#endif
 int fake_api_flag;
 
-/* ---- cuda.h's types and values (kept independent of lib/cuda_abi.h on purpose) ------------- */
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef uint64_t cuuint64_t;
-typedef int CUdriverProcAddressQueryResult;
-
-enum {
-	CUDA_SUCCESS = 0,
-	CUDA_ERROR_INVALID_VALUE = 1,
-	CUDA_ERROR_OUT_OF_MEMORY = 2,
-	CUDA_ERROR_NOT_INITIALIZED = 3,
-	CUDA_ERROR_INVALID_DEVICE = 101,
-	CUDA_ERROR_INVALID_CONTEXT = 201,
-	CUDA_ERROR_NOT_FOUND = 500,
-	CUDA_ERROR_NOT_SUPPORTED = 801,
-};
-
-enum {
-	ATTR_CONTEXT = 1,
-	ATTR_MEMORY_TYPE = 2,
-	ATTR_DEVICE_POINTER = 3,
-	ATTR_HOST_POINTER = 4,
-	ATTR_P2P_TOKENS = 5,
-	ATTR_SYNC_MEMOPS = 6,
-	ATTR_BUFFER_ID = 7,
-	ATTR_IS_MANAGED = 8,
-	ATTR_DEVICE_ORDINAL = 9,
-	ATTR_IS_LEGACY_CUDA_IPC_CAPABLE = 10,
-	ATTR_RANGE_START_ADDR = 11,
-	ATTR_RANGE_SIZE = 12,
-	ATTR_MAPPED = 13,
-	ATTR_ALLOWED_HANDLE_TYPES = 14,
-	ATTR_IS_GPU_DIRECT_RDMA_CAPABLE = 15,
-	ATTR_ACCESS_FLAGS = 16,
-	ATTR_MEMPOOL_HANDLE = 17,
-	ATTR_MAPPING_SIZE = 18,
-	ATTR_MAPPING_BASE_ADDR = 19,
-	ATTR_MEMORY_BLOCK_ID = 20,
-	ATTR_IS_HW_DECOMPRESS_CAPABLE = 21,
-	ATTR_LAST = 21,
-};
-
-#define MEMORYTYPE_HOST 1u
-#define MEMORYTYPE_DEVICE 2u
-#define CTX_MAP_HOST 0x08u
-#define CTX_SYNC_MEMOPS 0x80u
-#define CTX_FLAGS_VALID 0xffu
-#define DEVICE_ATTRIBUTE_MAX 148
-#define DMA_BUF_FD 1
-#define DEVATTR_DMA_BUF_SUPPORTED 124
-#define PROC_SUCCESS 0
-#define PROC_SYMBOL_NOT_FOUND 1
-#define PROC_VERSION_NOT_SUFFICIENT 2
-
-struct CUctx_st {
-	int unused;
-};
-static struct CUctx_st g_ctx;
-static int g_pool_handle; /* what MEMPOOL_HANDLE points at */
-
 /* ---- Entry points: names, counters, faults -------------------------------------------------- */
-#define FAKE_ENTRIES(X)                                                                            \
-	X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuInit) X(cuDriverGetVersion)                 \
-	X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                   \
-	X(cuDeviceGetAttribute) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
-	X(cuDevicePrimaryCtxRetain)                                                                \
-	X(cuCtxGetFlags) X(cuCtxSetFlags) X(cuPointerGetAttribute) X(cuPointerGetAttributes)       \
-	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
-	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
-	X(cuMemAllocManaged) X(cuMemAllocAsync) X(cuMemFreeAsync)                                   \
-	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)                                                      \
-	X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemUnmap) X(cuCtxDestroy)                \
-	X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)               \
-	X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) X(cuIpcOpenMemHandle_v2)      \
-	X(cuIpcCloseMemHandle)
-
-enum entry {
-#define X(n) E_##n,
-	FAKE_ENTRIES(X)
-#undef X
-	E_COUNT
-};
-
 static const char *const entry_name[E_COUNT] = {
 #define X(n) [E_##n] = #n,
 	FAKE_ENTRIES(X)
@@ -208,114 +109,40 @@ struct fault {
 static _Atomic uint64_t g_calls[E_COUNT];
 static atomic_uint g_faults_armed;  /* entries with n > 0 */
 static atomic_bool g_initialized;
-static atomic_bool g_no_context;
-static atomic_bool g_threads_have_context = true;
-static _Thread_local int t_ctx; /* 0: never set, 1: the fake context, 2: NULL */
 
 /* ---- Memory model --------------------------------------------------------------------------- */
-#define CHUNK FAKE_CUDA_CHUNK_SIZE
-#define UNIT FAKE_CUDA_SUBALLOC_UNIT
-#define UNITS_PER_CHUNK (CHUNK / UNIT)
-#define ARENA_SIZE (64ull << 30)
-#define PAGE 4096ull
-
-/* Every tracked object starts with its span, so one sorted-vector code serves them all. */
-struct span {
-	uint64_t va;
-	uint64_t size;
-};
-
-struct resv {
-	struct span sp;
-	uint64_t asked;  /* the size as requested */
-	unsigned nmaps;
-};
-
-struct chunk {
-	struct span sp;
-	int kind;
-	bool shared;      /* sub-allocates small buffers */
-	uint64_t block_id;
-	uint64_t sim_id;
-	unsigned live;    /* allocations in it */
-	unsigned free_units;
-	unsigned hiwater; /* highest unit ever used + 1 */
-	uint64_t bitmap[UNITS_PER_CHUNK / 64];
-	struct resv *resv;
-};
-
-struct alloc {
-	struct span sp; /* requested size */
-	int kind;
-	uint64_t id;
-	struct chunk *chunk;
-	unsigned first_unit, nunits;
-	unsigned sync_count;
-	bool sync;
-};
-
-struct vec {
-	struct span **v;
-	size_t n, cap;
-};
-
-struct freed {
-	uint64_t va, size, id;
-	int kind;
-};
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static uint64_t g_arena_base, g_arena_end, g_arena_bump;
 static struct span *g_free_va; /* freed chunk VA ranges, LIFO */
 static size_t g_nfree_va, g_cap_free_va;
-static struct vec g_allocs, g_chunks, g_resvs;
+struct vec g_allocs, g_chunks, g_resvs;
 static uint64_t g_next_id = 1000; /* BUFFER_IDs: never reset */
 static uint64_t g_last_id;
 static uint64_t g_next_block = 1;
-static bool g_force_new_va;
-static unsigned g_ctx_flags;
-static unsigned g_ctx_sync_sets;
+bool g_force_new_va;
+int g_pool_handle[FAKE_CUDA_MAX_DEVICES];
 static int g_driver_version = FAKE_CUDA_DRIVER_VERSION;
 static CUresult g_init_error;
 static struct fault g_faults[E_COUNT];
-static int g_devattr[DEVICE_ATTRIBUTE_MAX];
 static char g_hidden[32][64];
 static unsigned g_nhidden;
 static int g_min_version_override[E_COUNT]; /* 0: default */
 static uint64_t g_dmabuf_exports;
 static fake_cuda_free_observer_t g_observer;
 static void *g_observer_arg;
-static unsigned g_primary_refs; /* cuDevicePrimaryCtxRetain minus Release (never reset) */
 static int g_sim_fd = -1;
 static bool g_sim_broken; /* FAKE_CUDA_P2P_SIM set but the device could not be opened */
 
-static void default_devattrs(void)
-{
-	memset(g_devattr, 0, sizeof(g_devattr));
-	g_devattr[1] = 1024;  /* MAX_THREADS_PER_BLOCK */
-	g_devattr[16] = 132;  /* MULTIPROCESSOR_COUNT */
-	g_devattr[41] = 1;    /* UNIFIED_ADDRESSING */
-	g_devattr[75] = 9;    /* COMPUTE_CAPABILITY_MAJOR */
-	g_devattr[76] = 0;    /* COMPUTE_CAPABILITY_MINOR */
-	g_devattr[83] = 1;    /* MANAGED_MEMORY */
-	g_devattr[102] = 1;   /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
-	g_devattr[110] = 1;   /* GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED */
-	g_devattr[115] = 1;   /* MEMORY_POOLS_SUPPORTED */
-	g_devattr[116] = 1;   /* GPU_DIRECT_RDMA_SUPPORTED */
-	g_devattr[117] = 1;   /* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS */
-	g_devattr[118] = 100; /* GPU_DIRECT_RDMA_WRITES_ORDERING (OWNER), measured */
-	g_devattr[119] = 9;   /* MEMPOOL_SUPPORTED_HANDLE_TYPES, measured */
-	g_devattr[124] = 1;   /* DMA_BUF_SUPPORTED */
-}
-
 static void state_init(void)
 {
-	void *p = mmap(NULL, ARENA_SIZE + CHUNK, PROT_NONE,
+	/* PROT_NONE and MAP_NORESERVE: VA only, pages appear when a chunk is made read-write.
+	 * Aligned to the pool chunk size, so that pool chunks start at 32 MiB boundaries. */
+	void *p = mmap(NULL, ARENA_SIZE + POOL_CHUNK, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p != MAP_FAILED) {
-		g_arena_base = ((uint64_t)(uintptr_t)p + CHUNK - 1) & ~(CHUNK - 1);
+		g_arena_base = ((uint64_t)(uintptr_t)p + POOL_CHUNK - 1) & ~(POOL_CHUNK - 1);
 		g_arena_end = g_arena_base + ARENA_SIZE;
 		g_arena_bump = g_arena_base;
 	}
@@ -334,24 +161,15 @@ static void state_init(void)
 }
 
 /* Take the lock, after making sure the state exists. */
-static void lock(void)
+void lock(void)
 {
 	pthread_once(&g_once, state_init);
 	pthread_mutex_lock(&g_lock);
 }
 
-static void unlock(void)
+void unlock(void)
 {
 	pthread_mutex_unlock(&g_lock);
-}
-
-static bool has_context(void)
-{
-	if (atomic_load(&g_no_context))
-		return false;
-	if (t_ctx == 0)
-		return atomic_load(&g_threads_have_context);
-	return t_ctx == 1;
 }
 
 /* Count the call, apply an armed fault, check cuInit. Returns true with *rc when the call must
@@ -359,7 +177,7 @@ static bool has_context(void)
 static void (*_Atomic g_enter_hook)(const char *entry, void *arg);
 static void *_Atomic g_enter_hook_arg;
 
-static bool enter(enum entry e, bool need_init, CUresult *rc)
+bool enter(enum entry e, bool need_init, CUresult *rc)
 {
 	void (*hook)(const char *, void *) = atomic_load(&g_enter_hook);
 
@@ -393,17 +211,10 @@ static bool enter(enum entry e, bool need_init, CUresult *rc)
 	return false;
 }
 
-#define ENTER(name, need_init)                                                                     \
-	do {                                                                                       \
-		CUresult enter_rc_;                                                                \
-		if (enter(E_##name, need_init, &enter_rc_))                                        \
-			return enter_rc_;                                                          \
-	} while (0)
-
 /* ---- Sorted vectors of spans ---------------------------------------------------------------- */
 
 /* Index of the first element whose va > key. */
-static size_t vec_upper(const struct vec *v, uint64_t key)
+size_t vec_upper(const struct vec *v, uint64_t key)
 {
 	size_t lo = 0, hi = v->n;
 
@@ -418,7 +229,7 @@ static size_t vec_upper(const struct vec *v, uint64_t key)
 	return lo;
 }
 
-static void *vec_find(const struct vec *v, uint64_t addr)
+void *vec_find(const struct vec *v, uint64_t addr)
 {
 	size_t i = vec_upper(v, addr);
 
@@ -429,7 +240,7 @@ static void *vec_find(const struct vec *v, uint64_t addr)
 	return addr - s->va < s->size ? s : NULL;
 }
 
-static int vec_insert(struct vec *v, void *obj)
+int vec_insert(struct vec *v, void *obj)
 {
 	struct span *s = obj;
 
@@ -450,7 +261,7 @@ static int vec_insert(struct vec *v, void *obj)
 	return 0;
 }
 
-static void vec_remove(struct vec *v, void *obj)
+void vec_remove(struct vec *v, void *obj)
 {
 	struct span *s = obj;
 	size_t i = vec_upper(v, s->va);
@@ -465,7 +276,7 @@ static void vec_remove(struct vec *v, void *obj)
 
 /* ---- VA space ------------------------------------------------------------------------------- */
 
-static uint64_t va_get(uint64_t size)
+uint64_t va_get(uint64_t size)
 {
 	if (!g_arena_base)
 		return 0;
@@ -500,7 +311,7 @@ static uint64_t va_get(uint64_t size)
 	return 0;
 }
 
-static void va_put(uint64_t va, uint64_t size)
+void va_put(uint64_t va, uint64_t size)
 {
 	if (g_nfree_va == g_cap_free_va) {
 		size_t cap = g_cap_free_va ? g_cap_free_va * 2 : 64;
@@ -516,7 +327,7 @@ static void va_put(uint64_t va, uint64_t size)
 
 /* ---- Chunks --------------------------------------------------------------------------------- */
 
-static bool kind_is_gpu(int kind)
+bool kind_is_gpu(int kind)
 {
 	return kind == FAKE_CUDA_KIND_DEVICE || kind == FAKE_CUDA_KIND_POOL ||
 	       kind == FAKE_CUDA_KIND_VMM;
@@ -557,9 +368,10 @@ static void sim_free(struct chunk *c)
 	c->sim_id = 0;
 }
 
-/* Back [va, va+size) with memory and track it as a chunk. VMM chunks live in a reservation. */
-static struct chunk *chunk_create(int kind, uint64_t va, uint64_t size, bool shared,
-				  struct resv *resv)
+/* Back [va, va+size) with memory and track it as a chunk of dev, owned by ctx (NULL for POOL and
+ * VMM). VMM chunks live in a reservation. */
+struct chunk *chunk_create(int kind, uint64_t va, uint64_t size, bool shared, struct resv *resv,
+			   int dev, CUcontext ctx)
 {
 	struct chunk *c = calloc(1, sizeof(*c));
 
@@ -567,6 +379,8 @@ static struct chunk *chunk_create(int kind, uint64_t va, uint64_t size, bool sha
 		return NULL;
 	c->sp = (struct span){ va, size };
 	c->kind = kind;
+	c->dev = dev;
+	c->ctx = ctx;
 	c->shared = shared;
 	c->resv = resv;
 	c->free_units = shared ? UNITS_PER_CHUNK : 0;
@@ -588,8 +402,9 @@ err_free:
 	return NULL;
 }
 
-/* Give a chunk's memory back: provider first (fires its free callbacks), then the pages. */
-static void chunk_release(struct chunk *c)
+/* Give a chunk's memory back: provider first (fires its free callbacks), then the pages. Its VA
+ * goes to the free list, except in a reservation or a pool region (they own their VA). */
+void chunk_release(struct chunk *c)
 {
 	void *p = (void *)(uintptr_t)c->sp.va;
 
@@ -597,8 +412,8 @@ static void chunk_release(struct chunk *c)
 	madvise(p, c->sp.size, MADV_DONTNEED);
 	mprotect(p, c->sp.size, PROT_NONE);
 	vec_remove(&g_chunks, c);
-	if (!c->resv)
-		va_put(c->sp.va, c->sp.size);
+	if (!c->resv && !c->pooled)
+		va_put(c->sp.va, c->va_size ? c->va_size : c->sp.size);
 	free(c);
 }
 
@@ -633,8 +448,8 @@ static long bm_find(const struct chunk *c, unsigned n, unsigned from)
 
 /* ---- Allocations ---------------------------------------------------------------------------- */
 
-static struct alloc *alloc_new(int kind, uint64_t va, uint64_t size, struct chunk *c,
-			       unsigned first, unsigned n)
+struct alloc *alloc_new(int kind, uint64_t va, uint64_t size, struct chunk *c, unsigned first,
+			unsigned n)
 {
 	struct alloc *a = calloc(1, sizeof(*a));
 
@@ -642,6 +457,8 @@ static struct alloc *alloc_new(int kind, uint64_t va, uint64_t size, struct chun
 		return NULL;
 	a->sp = (struct span){ va, size };
 	a->kind = kind;
+	a->dev = c->dev;
+	a->ctx = c->ctx;
 	a->chunk = c;
 	a->first_unit = first;
 	a->nunits = n;
@@ -654,18 +471,21 @@ static struct alloc *alloc_new(int kind, uint64_t va, uint64_t size, struct chun
 	return a;
 }
 
-/* Allocate size bytes of kind; the lock is held. Returns the VA or 0. */
-static uint64_t do_alloc(int kind, uint64_t size)
+uint64_t do_alloc(int kind, uint64_t size, int dev, CUcontext ctx)
 {
-	if (size == 0 || size > ARENA_SIZE)
+	if (size == 0 || size > ARENA_SIZE || dev < 0 || dev >= g_ndevices)
 		return 0;
+	if (kind == FAKE_CUDA_KIND_POOL)
+		return pool_alloc(dev, size);
+	ctx_used(ctx, dev);
 	if (size <= FAKE_CUDA_SUBALLOC_MAX) {
 		unsigned n = (unsigned)((size + UNIT - 1) / UNIT);
 
 		for (size_t i = 0; i < g_chunks.n; i++) {
 			struct chunk *c = (struct chunk *)g_chunks.v[i];
 
-			if (c->kind != kind || !c->shared || c->free_units < n)
+			if (c->kind != kind || c->dev != dev || c->ctx != ctx || !c->shared ||
+			    c->free_units < n)
 				continue;
 			long at = bm_find(c, n, g_force_new_va ? c->hiwater : 0);
 
@@ -686,7 +506,7 @@ static uint64_t do_alloc(int kind, uint64_t size)
 
 		if (!va)
 			return 0;
-		struct chunk *c = chunk_create(kind, va, CHUNK, true, NULL);
+		struct chunk *c = chunk_create(kind, va, CHUNK, true, NULL, dev, ctx);
 
 		if (!c) {
 			va_put(va, CHUNK);
@@ -709,7 +529,7 @@ static uint64_t do_alloc(int kind, uint64_t size)
 
 	if (!va)
 		return 0;
-	struct chunk *c = chunk_create(kind, va, csize, false, NULL);
+	struct chunk *c = chunk_create(kind, va, csize, false, NULL, dev, ctx);
 
 	if (!c) {
 		va_put(va, csize);
@@ -723,13 +543,20 @@ static uint64_t do_alloc(int kind, uint64_t size)
 }
 
 /* Drop one allocation; the lock is held. Records it in *fr for the observer. */
-static void do_free(struct alloc *a, struct freed *fr)
+void do_free(struct alloc *a, struct freed *fr)
 {
 	struct chunk *c = a->chunk;
 
 	if (fr)
 		*fr = (struct freed){ a->sp.va, a->sp.size, a->id, a->kind };
 	vec_remove(&g_allocs, a);
+	if (a->kind == FAKE_CUDA_KIND_POOL) {
+		pool_free(a);
+		free(a);
+		return;
+	}
+	if (a->kind == FAKE_CUDA_KIND_IPC)
+		ipc_forget(a);
 	if (c->shared) {
 		bm_set(c, a->first_unit, a->nunits, false);
 		c->free_units += a->nunits;
@@ -742,7 +569,7 @@ static void do_free(struct alloc *a, struct freed *fr)
 	}
 }
 
-static void notify(const struct freed *fr)
+void notify(const struct freed *fr)
 {
 	fake_cuda_free_observer_t cb;
 	void *arg;
@@ -755,13 +582,13 @@ static void notify(const struct freed *fr)
 		cb(fr->va, fr->size, fr->id, fr->kind, arg);
 }
 
-static struct alloc *find_alloc(uint64_t addr)
+struct alloc *find_alloc(uint64_t addr)
 {
 	return vec_find(&g_allocs, addr);
 }
 
 /* Free the allocation starting at va if its kind is allowed. 0 or -EINVAL. */
-static int free_kind(uint64_t va, unsigned kinds_mask)
+int free_kind(uint64_t va, unsigned kinds_mask)
 {
 	struct freed fr;
 	struct alloc *a;
@@ -778,14 +605,19 @@ static int free_kind(uint64_t va, unsigned kinds_mask)
 	return 0;
 }
 
-#define K(k) (1u << FAKE_CUDA_KIND_##k)
 
-static uint64_t alloc_kind(int kind, size_t size)
+/* A control function's allocation: in ctx (NULL: the current context, else device 0's primary),
+ * on its device; POOL: on dev (-1: the current context's device, else 0). */
+static uint64_t alloc_kind(int kind, size_t size, int dev, CUcontext ctx)
 {
 	uint64_t va;
 
+	if (!ctx)
+		ctx = control_ctx();
+	if (dev < 0)
+		dev = ctx->dev;
 	lock();
-	va = do_alloc(kind, size);
+	va = do_alloc(kind, size, dev, kind == FAKE_CUDA_KIND_POOL ? NULL : ctx);
 	unlock();
 	return va;
 }
@@ -794,7 +626,21 @@ static uint64_t alloc_kind(int kind, size_t size)
 
 EXPORT uint64_t fake_cuda_alloc(size_t size)
 {
-	return alloc_kind(FAKE_CUDA_KIND_DEVICE, size);
+	return alloc_kind(FAKE_CUDA_KIND_DEVICE, size, -1, NULL);
+}
+
+EXPORT uint64_t fake_cuda_alloc_on(int dev, size_t size)
+{
+	if (dev < 0 || dev >= FAKE_CUDA_MAX_DEVICES)
+		return 0;
+	return alloc_kind(FAKE_CUDA_KIND_DEVICE, size, dev, &g_primary[dev]);
+}
+
+EXPORT uint64_t fake_cuda_alloc_async_on(int dev, size_t size)
+{
+	if (dev < 0 || dev >= FAKE_CUDA_MAX_DEVICES)
+		return 0;
+	return alloc_kind(FAKE_CUDA_KIND_POOL, size, dev, &g_primary[dev]);
 }
 
 EXPORT int fake_cuda_free(uint64_t va)
@@ -804,7 +650,7 @@ EXPORT int fake_cuda_free(uint64_t va)
 
 EXPORT uint64_t fake_cuda_alloc_async(size_t size)
 {
-	return alloc_kind(FAKE_CUDA_KIND_POOL, size);
+	return alloc_kind(FAKE_CUDA_KIND_POOL, size, -1, NULL);
 }
 
 EXPORT int fake_cuda_free_async(uint64_t va)
@@ -814,12 +660,12 @@ EXPORT int fake_cuda_free_async(uint64_t va)
 
 EXPORT uint64_t fake_cuda_alloc_managed(size_t size)
 {
-	return alloc_kind(FAKE_CUDA_KIND_MANAGED, size);
+	return alloc_kind(FAKE_CUDA_KIND_MANAGED, size, -1, NULL);
 }
 
 EXPORT void *fake_cuda_alloc_host(size_t size)
 {
-	return (void *)(uintptr_t)alloc_kind(FAKE_CUDA_KIND_HOST, size);
+	return (void *)(uintptr_t)alloc_kind(FAKE_CUDA_KIND_HOST, size, -1, NULL);
 }
 
 EXPORT int fake_cuda_free_host(void *p)
@@ -854,13 +700,13 @@ EXPORT uint64_t fake_cuda_vmm_reserve(size_t size)
 	return va;
 }
 
-EXPORT int fake_cuda_vmm_map(uint64_t va, size_t size)
+/* The lock is held. */
+int vmm_map(uint64_t va, uint64_t size, int dev)
 {
 	int ret = 0;
 
 	if (size == 0 || va % CHUNK || size % CHUNK)
 		return -EINVAL;
-	lock();
 	struct resv *r = vec_find(&g_resvs, va);
 
 	if (!r || va + size > r->sp.va + r->sp.size || va + size < va) {
@@ -873,7 +719,8 @@ EXPORT int fake_cuda_vmm_map(uint64_t va, size_t size)
 			goto out;
 		}
 	}
-	struct chunk *c = chunk_create(FAKE_CUDA_KIND_VMM, va, size, false, r);
+	ctx_used(NULL, dev);
+	struct chunk *c = chunk_create(FAKE_CUDA_KIND_VMM, va, size, false, r, dev, NULL);
 
 	if (!c) {
 		ret = -ENOMEM;
@@ -886,6 +733,16 @@ EXPORT int fake_cuda_vmm_map(uint64_t va, size_t size)
 	}
 	r->nmaps++;
 out:
+	return ret;
+}
+
+EXPORT int fake_cuda_vmm_map(uint64_t va, size_t size)
+{
+	CUcontext ctx = control_ctx();
+	int ret;
+
+	lock();
+	ret = vmm_map(va, size, ctx->dev);
 	unlock();
 	return ret;
 }
@@ -978,6 +835,8 @@ EXPORT int fake_cuda_alloc_info(uint64_t va, struct fake_cuda_alloc_info *out)
 			.reservation_size = a->chunk->resv ? a->chunk->resv->sp.size : 0,
 			.sync_memops_count = a->sync_count,
 			.sync_memops = a->sync,
+			.device = a->dev,
+			.context = a->ctx,
 		};
 		ret = 0;
 	}
@@ -996,31 +855,6 @@ EXPORT unsigned fake_cuda_sync_memops_count(uint64_t va)
 		n = a->sync_count;
 	unlock();
 	return n;
-}
-
-EXPORT unsigned fake_cuda_ctx_sync_memops_set_count(void)
-{
-	unsigned n;
-
-	lock();
-	n = g_ctx_sync_sets;
-	unlock();
-	return n;
-}
-
-EXPORT unsigned fake_cuda_ctx_flags(void)
-{
-	unsigned f;
-
-	lock();
-	f = g_ctx_flags | CTX_MAP_HOST;
-	unlock();
-	return f;
-}
-
-EXPORT void *fake_cuda_context(void)
-{
-	return &g_ctx;
 }
 
 EXPORT uint64_t fake_cuda_phys_gen(uint64_t va)
@@ -1235,26 +1069,6 @@ EXPORT bool fake_cuda_initialized(void)
 	return atomic_load(&g_initialized);
 }
 
-EXPORT void fake_cuda_set_no_context(bool on)
-{
-	atomic_store(&g_no_context, on);
-}
-
-EXPORT void fake_cuda_set_threads_have_context(bool on)
-{
-	atomic_store(&g_threads_have_context, on);
-}
-
-EXPORT int fake_cuda_set_device_attr(int attr, int value)
-{
-	if (attr <= 0 || attr >= DEVICE_ATTRIBUTE_MAX)
-		return -EINVAL;
-	lock();
-	g_devattr[attr] = value;
-	unlock();
-	return 0;
-}
-
 EXPORT void fake_cuda_set_driver_version(int version)
 {
 	lock();
@@ -1320,18 +1134,16 @@ EXPORT void fake_cuda_reset(void)
 	atomic_store(&g_faults_armed, 0);
 	g_nhidden = 0;
 	memset(g_min_version_override, 0, sizeof(g_min_version_override));
-	default_devattrs();
+	pool_reset();
+	ipc_reset();
+	ctx_reset_state();
 	g_init_error = CUDA_SUCCESS;
 	g_force_new_va = false;
-	g_ctx_flags = 0;
-	g_ctx_sync_sets = 0;
 	g_observer = NULL;
 	g_observer_arg = NULL;
 	g_driver_version = FAKE_CUDA_DRIVER_VERSION;
 	g_dmabuf_exports = 0;
 	unlock();
-	atomic_store(&g_no_context, false);
-	atomic_store(&g_threads_have_context, true);
 	fake_cuda_reset_counters();
 }
 
@@ -1408,202 +1220,6 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
 	return error_lookup(error, str, false);
 }
 
-/* The one device's primary context is the fake context. */
-EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	ENTER(cuDevicePrimaryCtxRetain, true);
-	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	lock();
-	g_primary_refs++;
-	unlock();
-	*pctx = &g_ctx;
-	return CUDA_SUCCESS;
-}
-
-/* A context destroyed: every allocation made in it goes (observer called for each). */
-static void context_memory_free(void)
-{
-	const unsigned kinds = K(DEVICE) | K(POOL) | K(MANAGED) | K(HOST);
-
-	for (;;) {
-		uint64_t va = 0;
-
-		lock();
-		for (size_t i = 0; i < g_allocs.n && !va; i++) {
-			const struct alloc *a = (const struct alloc *)g_allocs.v[i];
-
-			if (kinds & (1u << a->kind))
-				va = a->sp.va;
-		}
-		unlock();
-		if (!va || free_kind(va, kinds))
-			return;
-	}
-}
-
-static CUresult ctx_destroy(CUcontext ctx)
-{
-	if (ctx != &g_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	context_memory_free();
-	return CUDA_SUCCESS;
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuCtxDestroy)(CUcontext ctx)
-{
-	ENTER(cuCtxDestroy, true);
-	return ctx_destroy(ctx);
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuCtxDestroy_v2)(CUcontext ctx)
-{
-	ENTER(cuCtxDestroy_v2, true);
-	return ctx_destroy(ctx);
-}
-
-static CUresult primary_reset(CUdevice dev)
-{
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	context_memory_free();
-	return CUDA_SUCCESS;
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxReset)(CUdevice dev)
-{
-	ENTER(cuDevicePrimaryCtxReset, true);
-	return primary_reset(dev);
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxReset_v2)(CUdevice dev)
-{
-	ENTER(cuDevicePrimaryCtxReset_v2, true);
-	return primary_reset(dev);
-}
-
-static CUresult primary_release(CUdevice dev)
-{
-	bool last;
-
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	lock();
-	if (!g_primary_refs) {
-		unlock();
-		return CUDA_ERROR_INVALID_CONTEXT;
-	}
-	last = --g_primary_refs == 0;
-	unlock();
-	if (last)
-		context_memory_free();
-	return CUDA_SUCCESS;
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxRelease)(CUdevice dev)
-{
-	ENTER(cuDevicePrimaryCtxRelease, true);
-	return primary_release(dev);
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuDevicePrimaryCtxRelease_v2)(CUdevice dev)
-{
-	ENTER(cuDevicePrimaryCtxRelease_v2, true);
-	return primary_release(dev);
-}
-
-EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
-{
-	ENTER(cuDeviceGet, true);
-	if (!device)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (ordinal != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	*device = 0;
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuDeviceGetCount(int *count)
-{
-	ENTER(cuDeviceGetCount, true);
-	if (!count)
-		return CUDA_ERROR_INVALID_VALUE;
-	*count = 1;
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
-{
-	ENTER(cuDeviceGetAttribute, true);
-	if (!pi || attrib <= 0 || attrib >= DEVICE_ATTRIBUTE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	lock();
-	*pi = g_devattr[attrib];
-	unlock();
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
-{
-	ENTER(cuCtxGetCurrent, true);
-	if (!pctx)
-		return CUDA_ERROR_INVALID_VALUE;
-	*pctx = has_context() ? &g_ctx : NULL;
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
-{
-	ENTER(cuCtxSetCurrent, true);
-	if (ctx && ctx != &g_ctx)
-		return CUDA_ERROR_INVALID_CONTEXT;
-	t_ctx = ctx ? 1 : 2;
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuCtxGetDevice(CUdevice *device)
-{
-	ENTER(cuCtxGetDevice, true);
-	if (!device)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!has_context())
-		return CUDA_ERROR_INVALID_CONTEXT;
-	*device = 0;
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
-{
-	ENTER(cuCtxGetFlags, true);
-	if (!flags)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!has_context())
-		return CUDA_ERROR_INVALID_CONTEXT;
-	lock();
-	*flags = g_ctx_flags | CTX_MAP_HOST;
-	unlock();
-	return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuCtxSetFlags(unsigned int flags)
-{
-	ENTER(cuCtxSetFlags, true);
-	if (!has_context())
-		return CUDA_ERROR_INVALID_CONTEXT;
-	if (flags & ~CTX_FLAGS_VALID)
-		return CUDA_ERROR_INVALID_VALUE;
-	lock();
-	g_ctx_flags = flags;
-	if (flags & CTX_SYNC_MEMOPS)
-		g_ctx_sync_sets++;
-	unlock();
-	return CUDA_SUCCESS;
-}
-
 /* One attribute of ptr into data. a: the allocation holding ptr, or NULL when unknown (then, in a
  * cuPointerGetAttributes call, the unknown-pointer defaults). The lock is held. */
 static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *data, bool multi)
@@ -1611,6 +1227,8 @@ static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *da
 	const struct resv *r = NULL;
 	int kind = a ? a->kind : FAKE_CUDA_KIND_NONE;
 	bool vmm = kind == FAKE_CUDA_KIND_VMM;
+	/* The chunk holding ptr itself: a pool allocation spans several (measured, H200). */
+	const struct chunk *c = a ? vec_find(&g_chunks, ptr) : NULL;
 
 	if (!a) {
 		if (!multi)
@@ -1623,7 +1241,7 @@ static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *da
 #define PUT(type, value) (*(type *)data = (type)(value))
 	switch (attr) {
 	case ATTR_CONTEXT:
-		PUT(CUcontext, a && kind != FAKE_CUDA_KIND_POOL && !vmm ? &g_ctx : NULL);
+		PUT(CUcontext, a ? a->ctx : NULL);
 		break;
 	case ATTR_MEMORY_TYPE:
 		PUT(unsigned int, !a ? 0 : kind == FAKE_CUDA_KIND_HOST ? MEMORYTYPE_HOST
@@ -1651,7 +1269,7 @@ static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *da
 			unsigned long long p2pToken;
 			unsigned int vaSpaceToken;
 		} *t = data;
-		t->p2pToken = a ? a->chunk->block_id : 0;
+		t->p2pToken = c ? c->block_id : 0;
 		t->vaSpaceToken = a ? 1 : 0;
 		break;
 	}
@@ -1665,7 +1283,7 @@ static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *da
 		PUT(unsigned int, kind == FAKE_CUDA_KIND_MANAGED);
 		break;
 	case ATTR_DEVICE_ORDINAL:
-		PUT(int, a ? 0 : -2);
+		PUT(int, a ? a->dev : -2);
 		break;
 	case ATTR_IS_LEGACY_CUDA_IPC_CAPABLE:
 		PUT(unsigned int, kind == FAKE_CUDA_KIND_DEVICE);
@@ -1695,16 +1313,16 @@ static CUresult attr_get(const struct alloc *a, uint64_t ptr, int attr, void *da
 		PUT(unsigned int, a ? 3 : 0); /* CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE */
 		break;
 	case ATTR_MEMPOOL_HANDLE:
-		PUT(void *, kind == FAKE_CUDA_KIND_POOL ? &g_pool_handle : NULL);
+		PUT(void *, kind == FAKE_CUDA_KIND_POOL ? &g_pool_handle[a->dev] : NULL);
 		break;
 	case ATTR_MAPPING_SIZE:
-		PUT(size_t, a ? a->chunk->sp.size : 0);
+		PUT(size_t, c ? c->sp.size : 0);
 		break;
 	case ATTR_MAPPING_BASE_ADDR:
-		PUT(CUdeviceptr, a ? a->chunk->sp.va : 0);
+		PUT(CUdeviceptr, c ? c->sp.va : 0);
 		break;
 	case ATTR_MEMORY_BLOCK_ID:
-		PUT(unsigned long long, a ? a->chunk->block_id : 0);
+		PUT(unsigned long long, c ? c->block_id : 0);
 		break;
 	case ATTR_IS_HW_DECOMPRESS_CAPABLE:
 		PUT(unsigned int, 0);
@@ -1794,37 +1412,6 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
 	return rc;
 }
 
-/* Whether [va, va+size) lies in live GPU chunks (DEVICE, POOL, VMM), possibly several. */
-static bool range_in_gpu_chunks(uint64_t va, uint64_t size)
-{
-	uint64_t end = va + size;
-
-	for (uint64_t p = va; p < end;) {
-		struct chunk *c = vec_find(&g_chunks, p);
-
-		if (!c || !kind_is_gpu(c->kind))
-			return false;
-		p = c->sp.va + c->sp.size;
-	}
-	return true;
-}
-
-/* Whether a live GPU allocation overlaps [va, va+size). */
-static bool range_has_gpu_alloc(uint64_t va, uint64_t size)
-{
-	size_t i = vec_upper(&g_allocs, va + size - 1);
-
-	while (i-- > 0) {
-		const struct alloc *a = (const struct alloc *)g_allocs.v[i];
-
-		if (a->sp.va + a->sp.size <= va)
-			return false; /* disjoint and sorted: all the rest end below va too */
-		if (kind_is_gpu(a->kind))
-			return true;
-	}
-	return false;
-}
-
 EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
 					      int handleType, unsigned long long flags)
 {
@@ -1842,14 +1429,9 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, si
 	if (size == 0 || dptr % PAGE || size % PAGE || dptr + size < dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	lock();
-	if (!g_devattr[DEVATTR_DMA_BUF_SUPPORTED]) {
-		rc = CUDA_ERROR_NOT_SUPPORTED;
+	rc = export_check(dptr, size);
+	if (rc)
 		goto out;
-	}
-	if (!range_in_gpu_chunks(dptr, size) || !range_has_gpu_alloc(dptr, size)) {
-		rc = CUDA_ERROR_INVALID_VALUE;
-		goto out;
-	}
 	snprintf(name, sizeof(name), DMABUF_NAME ":%llx+%zx", dptr, size);
 	fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0) {
@@ -1862,24 +1444,28 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, si
 		goto out;
 	}
 	*(int *)handle = fd;
+	export_record(fd, dptr, size);
 	g_dmabuf_exports++;
 out:
 	unlock();
 	return rc;
 }
 
-static CUresult entry_alloc(int kind, CUdeviceptr *dptr, size_t size)
+/* An entry point's allocation, in the current context, on its device (POOL: on dev, or the
+ * current context's device when dev < 0). */
+CUresult entry_alloc(int kind, CUdeviceptr *dptr, size_t size, int dev)
 {
+	CUcontext ctx = current_ctx();
 	uint64_t va;
 
 	if (!dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	*dptr = 0;
-	if (!has_context())
+	if (!ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	va = alloc_kind(kind, size);
+	va = alloc_kind(kind, size, dev, ctx);
 	if (!va)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*dptr = va;
@@ -1889,7 +1475,7 @@ static CUresult entry_alloc(int kind, CUdeviceptr *dptr, size_t size)
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize)
 {
 	ENTER(cuMemAlloc_v2, true);
-	return entry_alloc(FAKE_CUDA_KIND_DEVICE, dptr, bytesize);
+	return entry_alloc(FAKE_CUDA_KIND_DEVICE, dptr, bytesize, -1);
 }
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemFree_v2)(CUdeviceptr dptr)
@@ -1907,7 +1493,8 @@ static CUresult copy_check(CUdeviceptr d, size_t n)
 
 	lock();
 	a = find_alloc(d);
-	if (!a || !kind_is_gpu(a->kind) || d + n > a->sp.va + a->sp.size)
+	if (!a || !(kind_is_gpu(a->kind) || a->kind == FAKE_CUDA_KIND_IPC) ||
+	    d + n > a->sp.va + a->sp.size)
 		rc = CUDA_ERROR_INVALID_VALUE;
 	unlock();
 	return rc;
@@ -1943,7 +1530,7 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocHost_v2)(void **pp, size_t bytesize)
 	ENTER(cuMemAllocHost_v2, true);
 	if (!pp)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = entry_alloc(FAKE_CUDA_KIND_HOST, &d, bytesize);
+	rc = entry_alloc(FAKE_CUDA_KIND_HOST, &d, bytesize, -1);
 	*pp = (void *)(uintptr_t)d;
 	return rc;
 }
@@ -1960,7 +1547,7 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocManaged)(CUdeviceptr *dptr, size_t byte
 	ENTER(cuMemAllocManaged, true);
 	if (flags != 1 && flags != 2) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
 		return CUDA_ERROR_INVALID_VALUE;
-	return entry_alloc(FAKE_CUDA_KIND_MANAGED, dptr, bytesize);
+	return entry_alloc(FAKE_CUDA_KIND_MANAGED, dptr, bytesize, -1);
 }
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize,
@@ -1968,7 +1555,7 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesi
 {
 	(void)hStream;
 	ENTER(cuMemAllocAsync, true);
-	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize);
+	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize, -1);
 }
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream)
@@ -1983,7 +1570,7 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t b
 {
 	(void)hStream;
 	ENTER(cuMemAllocAsync_ptsz, true);
-	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize);
+	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize, -1);
 }
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream)
@@ -1997,27 +1584,6 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemUnmap)(CUdeviceptr ptr, size_t size)
 {
 	ENTER(cuMemUnmap, true);
 	return fake_cuda_vmm_unmap(ptr, size) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-
-typedef struct {
-	char reserved[64];
-} CUipcMemHandle;
-
-EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
-{
-	uint64_t size;
-
-	ENTER(cuIpcOpenMemHandle_v2, true);
-	memcpy(&size, handle.reserved, sizeof(size));
-	if (flags > 1) /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
-		return CUDA_ERROR_INVALID_VALUE;
-	return entry_alloc(FAKE_CUDA_KIND_DEVICE, pdptr, size ? size : CHUNK);
-}
-
-ENTRY_EXPORT CUresult ENTRY_FN(cuIpcCloseMemHandle)(CUdeviceptr dptr)
-{
-	ENTER(cuIpcCloseMemHandle, true);
-	return fake_cuda_free(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 /* ---- cuGetProcAddress ----------------------------------------------------------------------- */
@@ -2083,6 +1649,28 @@ static const struct {
 	  .v2_from = 11000 },
 	{ "cuIpcOpenMemHandle", E_cuIpcOpenMemHandle_v2, (void *)cuIpcOpenMemHandle_v2, 11000, NULL, NULL, 0 },
 	{ "cuIpcCloseMemHandle", E_cuIpcCloseMemHandle, (void *)cuIpcCloseMemHandle, 4010, NULL, NULL, 0 },
+	{ "cuIpcGetMemHandle", E_cuIpcGetMemHandle, (void *)cuIpcGetMemHandle, 4010, NULL, NULL, 0 },
+	{ "cuDevicePrimaryCtxGetState", E_cuDevicePrimaryCtxGetState,
+	  (void *)cuDevicePrimaryCtxGetState, 7000, NULL, NULL, 0 },
+	{ "cuCtxPushCurrent", E_cuCtxPushCurrent_v2, (void *)cuCtxPushCurrent_v2, 4000, NULL, NULL, 0 },
+	{ "cuCtxPopCurrent", E_cuCtxPopCurrent_v2, (void *)cuCtxPopCurrent_v2, 4000, NULL, NULL, 0 },
+	{ "cuCtxCreate", E_cuCtxCreate_v2, (void *)cuCtxCreate_v2, 3020, NULL, NULL, 0 },
+	{ "cuDeviceGetDefaultMemPool", E_cuDeviceGetDefaultMemPool, (void *)cuDeviceGetDefaultMemPool,
+	  11020, NULL, NULL, 0 },
+	{ "cuMemAllocFromPoolAsync", E_cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync, 11020,
+	  NULL, NULL, 0 },
+	{ "cuMemCreate", E_cuMemCreate, (void *)cuMemCreate, 10020, NULL, NULL, 0 },
+	{ "cuMemRelease", E_cuMemRelease, (void *)cuMemRelease, 10020, NULL, NULL, 0 },
+	{ "cuMemAddressReserve", E_cuMemAddressReserve, (void *)cuMemAddressReserve, 10020, NULL, NULL, 0 },
+	{ "cuMemAddressFree", E_cuMemAddressFree, (void *)cuMemAddressFree, 10020, NULL, NULL, 0 },
+	{ "cuMemMap", E_cuMemMap, (void *)cuMemMap, 10020, NULL, NULL, 0 },
+	{ "cuMemSetAccess", E_cuMemSetAccess, (void *)cuMemSetAccess, 10020, NULL, NULL, 0 },
+	{ "cuMemGetAllocationGranularity", E_cuMemGetAllocationGranularity,
+	  (void *)cuMemGetAllocationGranularity, 10020, NULL, NULL, 0 },
+	{ "cuMemExportToShareableHandle", E_cuMemExportToShareableHandle,
+	  (void *)cuMemExportToShareableHandle, 10020, NULL, NULL, 0 },
+	{ "cuMemImportFromShareableHandle", E_cuMemImportFromShareableHandle,
+	  (void *)cuMemImportFromShareableHandle, 10020, NULL, NULL, 0 },
 };
 
 /* Returns PROC_* and the function. The lock is not held. */

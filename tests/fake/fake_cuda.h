@@ -6,13 +6,19 @@
  * (target gdr_fake_cuda) to call the functions below; the library under test reaches the same
  * loaded object through dlopen + cuGetProcAddress_v2.
  *
- * What the fake does, and what was measured on a real H100 (driver 580.159.04, CUDA 13.0) to decide
- * it, is described at the top of fake_cuda.c. In short:
+ * What the fake does, and what was measured on a real H100 (driver 580.159.04, CUDA 13.0) and on two
+ * H200s (driver API 13000, issue 11) to decide it, is described at the top of fake_cuda.c (memory,
+ * attributes, entry points), fake_cuda_ctx.c (devices, contexts), fake_cuda_pool.c (pools, dma-buf
+ * export) and fake_cuda_ipc.c (imports from another process, VMM handles). In short:
  *  - "GPU memory" is ordinary host memory inside one PROT_NONE reservation; live allocations are
  *    readable and writable by the test. VAs are reused at once (same VA, new BUFFER_ID).
  *  - Allocations of at most 1 MiB are sub-allocated first-fit, in 512-byte units, from 2 MiB chunks
  *    (two 4096-byte allocations are 4096 apart); larger ones get their own 2 MiB-aligned chunks,
  *    rounded up to 2 MiB, and a freed chunk's VA goes to the next chunk of the same size (LIFO).
+ *  - Stream-ordered pool memory (cuMemAllocAsync) comes from 32 MiB chunks per device; an
+ *    allocation may span several; dma-buf export of pool memory works only for whole chunks.
+ *  - 1 to 4 devices (fake_cuda_set_device_count), each with a reference-counted primary context;
+ *    allocations are made in the calling thread's current context (device 0's when none).
  *  - Every allocation, and every VMM map, gets a new, strictly larger BUFFER_ID; ids never go back,
  *    not even across fake_cuda_reset().
  *  - Bool-typed pointer attributes (IS_MANAGED, MAPPED, SYNC_MEMOPS, IS_GPU_DIRECT_RDMA_CAPABLE, ...)
@@ -40,6 +46,9 @@ extern "C" {
 #define FAKE_CUDA_SUBALLOC_MAX   (1ull << 20) /* largest size sub-allocated from a shared chunk */
 #define FAKE_CUDA_SUBALLOC_UNIT  512u         /* sub-allocation granularity and alignment */
 #define FAKE_CUDA_DRIVER_VERSION 13000
+#define FAKE_CUDA_POOL_CHUNK_SIZE (32ull << 20) /* stream-ordered pool chunk (measured, H200) */
+#define FAKE_CUDA_POOL_REGION    (8ull << 30)  /* pool VA per device: most pool memory at once */
+#define FAKE_CUDA_MAX_DEVICES    4
 
 /* What kind of memory an allocation is. */
 enum fake_cuda_kind {
@@ -49,6 +58,7 @@ enum fake_cuda_kind {
 	FAKE_CUDA_KIND_MANAGED = 3, /* cuMemAllocManaged */
 	FAKE_CUDA_KIND_HOST = 4,    /* cuMemAllocHost (pinned host memory) */
 	FAKE_CUDA_KIND_VMM = 5,     /* cuMemCreate + cuMemMap: one mapping */
+	FAKE_CUDA_KIND_IPC = 6,     /* cuIpcOpenMemHandle of a legacy IPC handle (an import) */
 };
 
 /* Everything the fake knows about the allocation holding an address. */
@@ -57,12 +67,15 @@ struct fake_cuda_alloc_info {
 	uint64_t size;               /* requested size (VMM: the mapping's size) */
 	uint64_t buffer_id;          /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 	int kind;                    /* enum fake_cuda_kind */
-	uint64_t chunk_va;           /* the 2 MiB-granular chunk (or VMM mapping) holding it */
+	uint64_t chunk_va;           /* the chunk (2 MiB-granular; POOL: 32 MiB; VMM: the mapping;
+				      * IPC: the import) holding its first byte */
 	uint64_t chunk_size;
 	uint64_t reservation_va;     /* VMM only: the reserved VA range (0 otherwise) */
 	uint64_t reservation_size;
 	unsigned sync_memops_count;  /* successful cuPointerSetAttribute(SYNC_MEMOPS) calls */
 	bool sync_memops;            /* current SYNC_MEMOPS value */
+	int device;                  /* DEVICE_ORDINAL */
+	void *context;               /* CONTEXT (NULL for POOL and VMM) */
 };
 
 /* Called after any allocation is freed (by a control function or a driver entry point, not by
@@ -75,8 +88,10 @@ typedef void (*fake_cuda_free_observer_t)(uint64_t va, uint64_t size, uint64_t b
 /*
  * Back to defaults: frees every allocation, VMM mapping and reservation (no free observer calls),
  * clears call counters, faults, hidden symbols, minimum-version overrides, device attributes, the
- * init error, the no-context switch, force-new-VA, the context flags and its SYNC_MEMOPS count, the
- * free observer and the driver version. Keeps: the BUFFER_ID counter (ids only grow), whether cuInit
+ * device count (back to 1), created contexts, the primary contexts' flags and implicit runtime
+ * references (fake_cuda_ctx.c), the SYNC_MEMOPS count, VMM allocation handles, the init error, the
+ * no-context switch, force-new-VA, the free observer and the driver version. Keeps: primary
+ * retain counts, each thread's context stack, the BUFFER_ID counter (ids only grow), whether cuInit
  * has succeeded (see fake_cuda_deinit), the VA free lists (so VAs keep being reused) and open
  * dma-buf fds (they belong to whoever holds them).
  */
@@ -96,6 +111,12 @@ int fake_cuda_free(uint64_t va);
 /* cuMemAllocAsync / cuMemFreeAsync-like (stream-ordered pool; the stream is not simulated). */
 uint64_t fake_cuda_alloc_async(size_t size);
 int fake_cuda_free_async(uint64_t va);
+/* The allocations above are made in the calling thread's current context, on its device (device
+ * 0's primary context when none is current). These two name the device: cuMemAlloc-like in dev's
+ * primary context, cuMemAllocAsync-like from dev's default pool. 0 on failure (dev >= the device
+ * count included). Pool memory: 32 MiB chunks, see fake_cuda_pool.c. */
+uint64_t fake_cuda_alloc_on(int dev, size_t size);
+uint64_t fake_cuda_alloc_async_on(int dev, size_t size);
 /* cuMemAllocManaged-like (IS_MANAGED = 1, MEMORY_TYPE DEVICE). Free with fake_cuda_free. */
 uint64_t fake_cuda_alloc_managed(size_t size);
 /* cuMemAllocHost-like (MEMORY_TYPE HOST, has a BUFFER_ID). NULL on failure. */
@@ -115,6 +136,15 @@ int fake_cuda_vmm_unmap(uint64_t va, size_t size);
  * -EBUSY while a mapping remains (cuMemAddressFree returns CUDA_ERROR_INVALID_VALUE then). */
 int fake_cuda_vmm_free(uint64_t va, size_t size);
 
+/* Memory from another process (legacy IPC), simulated in this one: what cuIpcGetMemHandle of the
+ * DEVICE allocation holding exporter_va then cuIpcOpenMemHandle_v2 in the current context (device
+ * 0's primary when none) give: an IPC-kind import at its own VA with its own BUFFER_ID; the same VA
+ * while it is open (reference counted). 0 on failure (not DEVICE memory). */
+uint64_t fake_cuda_ipc_import(uint64_t exporter_va);
+/* cuIpcCloseMemHandle-like: drops one open; the last frees it (free observer called). 0 or
+ * -EINVAL (not the start of an import). */
+int fake_cuda_ipc_close(uint64_t va);
+
 /* ---- Inspection ----------------------------------------------------------------------------- */
 
 /* BUFFER_ID of the live allocation holding va (interior pointers included); 0 if none. */
@@ -126,8 +156,16 @@ unsigned fake_cuda_sync_memops_count(uint64_t va);
 /* cuCtxSetFlags calls that had CU_CTX_SYNC_MEMOPS set, and the context's current flags. */
 unsigned fake_cuda_ctx_sync_memops_set_count(void);
 unsigned fake_cuda_ctx_flags(void);
-/* The fake's one context (what cuCtxGetCurrent hands out), as an opaque pointer. */
+/* Device 0's primary context (what cuCtxGetCurrent hands out by default), as an opaque pointer. */
 void *fake_cuda_context(void);
+/* Device dev's primary context (any dev < FAKE_CUDA_MAX_DEVICES), NULL when out of range. */
+void *fake_cuda_primary_context(int dev);
+/* cuDevicePrimaryCtxRetain minus Release calls on dev (never reset). */
+unsigned fake_cuda_primary_refs(int dev);
+/* A context's flags as cuCtxGetFlags reads them (0 for an unknown or destroyed context);
+ * fake_cuda_ctx_flags is device 0's primary's. fake_cuda_ctx_sync_memops_set_count counts every
+ * context's cuCtxSetFlags calls. */
+unsigned fake_cuda_ctx_flags_of(void *ctx);
 /*
  * Generation of the "physical" GPU memory behind va, for test doubles of nvidia_p2p_get_pages: a
  * nonzero number that changes whenever the memory at va is replaced (its chunk released and another
@@ -137,7 +175,8 @@ void *fake_cuda_context(void);
  * chunk have it too (the driver pins by page, not by allocation).
  */
 uint64_t fake_cuda_phys_gen(uint64_t va);
-/* Live allocations (all kinds, VMM mappings included) and live chunks. */
+/* Live allocations (all kinds, VMM mappings included) and live chunks (pool chunks and IPC
+ * imports included). */
 unsigned fake_cuda_live_allocations(void);
 unsigned fake_cuda_live_chunks(void);
 /* The most recent BUFFER_ID handed out (0 before the first). */
@@ -159,6 +198,12 @@ int fake_cuda_open_dmabufs(void);
 int fake_cuda_dmabuf_range(int fd, uint64_t *va, uint64_t *size);
 /* Successful dma-buf exports since the last reset. */
 uint64_t fake_cuda_dmabuf_exports(void);
+/* Bytes of GPU memory still allocated only because an open fake dma-buf covers it: chunks
+ * released (all their allocations freed) while a dma-buf of them is open, counted once each until
+ * every such dma-buf is closed (measured for pool chunks: exactly the chunk stays allocated). */
+uint64_t fake_cuda_dmabuf_held_bytes(void);
+/* Live pool chunks of dev's pool (each FAKE_CUDA_POOL_CHUNK_SIZE). */
+unsigned fake_cuda_pool_chunks(int dev);
 
 /* ---- Behaviour switches and fault injection ------------------------------------------------- */
 
@@ -175,16 +220,24 @@ int fake_cuda_hide_symbol(const char *name);
 int fake_cuda_set_symbol_min_version(const char *name, int version);
 /* cuInit returns curesult (and initialises nothing) while curesult != 0. */
 void fake_cuda_set_init_error(int curesult);
-/* true: no thread has a current context (cuCtxGetCurrent gives NULL; entry points that need one
+/* true: no thread has a current context, whatever it set or pushed (cuCtxGetCurrent gives NULL;
+ * entry points that need one
  * return CUDA_ERROR_INVALID_CONTEXT, as measured: cuCtxGet/SetFlags, cuMemGetHandleForAddressRange,
  * cuMemAlloc*, cuMemGetAddressRange, DEVICE_POINTER). Pointer attribute queries need no context. */
 void fake_cuda_set_no_context(bool on);
-/* Whether a thread that never called cuCtxSetCurrent has the fake context current. Default true
+/* Whether a thread that never called cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2 or
+ * cuCtxCreate_v2 has device 0's primary context current (at the bottom of its stack). Default true
  * (as in a program whose threads all used the CUDA runtime); false is the real driver API's default
  * for a new thread: no current context. */
 void fake_cuda_set_threads_have_context(bool on);
-/* cuDeviceGetAttribute(attr) of device 0 returns value. 0, -EINVAL (attr out of range). */
+/* How many devices cuDeviceGetCount reports (1..FAKE_CUDA_MAX_DEVICES; default 1): each has its
+ * own primary context and default pool. 0 or -EINVAL. Reset to 1 by fake_cuda_reset. */
+int fake_cuda_set_device_count(int n);
+/* cuDeviceGetAttribute(attr) returns value on EVERY device (a test written for one GPU keeps its
+ * meaning whichever device it allocates on). 0, -EINVAL (attr out of range). */
 int fake_cuda_set_device_attr(int attr, int value);
+/* The same for one device (dev < FAKE_CUDA_MAX_DEVICES). 0, -EINVAL. */
+int fake_cuda_set_device_attr_dev(int dev, int attr, int value);
 /* cuDriverGetVersion's answer (default 13000). */
 void fake_cuda_set_driver_version(int version);
 /* true: never reuse a VA: new chunks and sub-allocations go above everything used before. */

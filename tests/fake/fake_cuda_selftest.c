@@ -611,11 +611,16 @@ static void test_dmabuf(void)
 	fake_cuda_free(m);
 
 	uint64_t p = fake_cuda_alloc_async(2 * MIB);
+	struct fake_cuda_alloc_info pi = { 0 };
 
-	CHECK_EQ(p_cuMemGetHandleForAddressRange(&fd, p, 2 * MIB, 1, 0), SUCCESS, "pool memory");
+	fake_cuda_alloc_info(p, &pi);
+	CHECK_EQ(p_cuMemGetHandleForAddressRange(&fd, pi.chunk_va, pi.chunk_size, 1, 0), SUCCESS,
+		 "pool memory: its whole chunk");
 	close(fd);
+	CHECK_EQ(p_cuMemGetHandleForAddressRange(&fd, pi.chunk_va, 2 * MIB, 1, 0), INVALID_VALUE,
+		 "pool memory: part of a chunk is refused (H200)");
 	fake_cuda_set_device_attr(124, 0);
-	CHECK_EQ(p_cuMemGetHandleForAddressRange(&fd, p, 2 * MIB, 1, 0), NOT_SUPPORTED,
+	CHECK_EQ(p_cuMemGetHandleForAddressRange(&fd, pi.chunk_va, pi.chunk_size, 1, 0), NOT_SUPPORTED,
 		 "DMA_BUF_SUPPORTED 0: NOT_SUPPORTED");
 	fake_cuda_set_device_attr(124, 1);
 	fake_cuda_free_async(p);
@@ -795,6 +800,425 @@ static void test_stress(void)
 	CHECK_EQ(fake_cuda_live_allocations(), 0, "nothing left");
 }
 
+/* ---- Issue 11: facts measured on two H200s, driver API 13000 (tests/gpu/probes/mem_probe.c) -- */
+
+#define POOL_CH FAKE_CUDA_POOL_CHUNK_SIZE
+enum { A_MEMPOOL = 17, A_LEGACY_IPC = 10 };
+
+static uint64_t attr_u64(int attr, CUdeviceptr p, CUresult *rc)
+{
+	uint64_t v = 0;
+	CUresult r = p_cuPointerGetAttribute(&v, attr, p);
+
+	if (rc)
+		*rc = r;
+	return v;
+}
+
+static unsigned attr_u32(int attr, CUdeviceptr p)
+{
+	unsigned v = 0xdead;
+
+	p_cuPointerGetAttribute(&v, attr, p);
+	return v;
+}
+
+static CUresult export_range(uint64_t va, uint64_t size, int *fdp)
+{
+	int fd = -1;
+	CUresult rc = p_cuMemGetHandleForAddressRange(&fd, va, size, 1, 0);
+
+	if (fdp)
+		*fdp = fd;
+	else if (rc == SUCCESS)
+		close(fd);
+	return rc;
+}
+
+static void test_pool(void)
+{
+	typedef CUresult (*pool_t)(void **, int);
+	typedef CUresult (*fpa_t)(CUdeviceptr *, size_t, void *, void *);
+	pool_t p_pool = (pool_t)resolve("cuDeviceGetDefaultMemPool", 12000);
+	fpa_t p_from_pool = (fpa_t)resolve("cuMemAllocFromPoolAsync", 12000);
+	unsigned one = 1;
+	CUresult rc;
+
+	fake_cuda_reset();
+	/* a 1 MiB allocation at a chunk start: MAPPING is the 32 MiB chunk */
+	uint64_t a = fake_cuda_alloc_async(MIB);
+
+	CHECK(attr_u64(A_MAPPING_BASE, a, NULL) == a && a % POOL_CH == 0 &&
+	      attr_u64(A_MAPPING_SIZE, a, NULL) == POOL_CH,
+	      "pool: MAPPING is the 32 MiB chunk holding the address");
+	/* small allocations packed in the chunk */
+	uint64_t s[4];
+	bool packed = true;
+
+	for (int i = 0; i < 4; i++) {
+		s[i] = fake_cuda_alloc_async(64 << 10);
+		packed = packed && s[i] == s[0] + (uint64_t)i * (64 << 10) &&
+			 attr_u64(A_MAPPING_BASE, s[i], NULL) == a;
+	}
+	CHECK(packed, "pool: four 64 KiB allocations packed 64 KiB apart in one chunk");
+	CHECK(bufid(s[0], &rc) != bufid(s[1], &rc) && rc == SUCCESS, "pool: BUFFER_ID per allocation");
+	CHECK_EQ(export_range(s[1] & ~0xffffull, 64 << 10, NULL), INVALID_VALUE,
+		 "pool: the exact 64 KiB cover of an allocation is refused");
+	CHECK_EQ(export_range(a, POOL_CH, NULL), SUCCESS,
+		 "pool: a chunk shared by small allocations exports whole (free parts included)");
+	CHECK_EQ(export_range(a, 16 * MIB, NULL), INVALID_VALUE, "pool: half a chunk is refused");
+
+	/* a large allocation spans consecutive chunks, each its own */
+	uint64_t l = fake_cuda_alloc_async(256 * MIB), last = l + 256 * MIB - 1;
+	uint64_t lb = attr_u64(A_MAPPING_BASE, l, NULL), eb = attr_u64(A_MAPPING_BASE, last, NULL);
+
+	CHECK(lb <= l && eb == (last & ~(POOL_CH - 1)) && attr_u64(A_MAPPING_SIZE, last, NULL) == POOL_CH &&
+	      eb > lb, "pool: 256 MiB allocation: MAPPING at its last byte is the last chunk");
+	CHECK(fake_cuda_phys_gen(l) != fake_cuda_phys_gen(last) && fake_cuda_phys_gen(last) != 0,
+	      "pool: each chunk its own phys generation");
+	CHECK(attr_u64(A_RANGE_START, l + 12345, NULL) == l &&
+	      attr_u64(A_RANGE_SIZE, l + 12345, NULL) == 256 * MIB, "pool: RANGE is the allocation");
+	CHECK_EQ(export_range(lb, eb + POOL_CH - lb, NULL), SUCCESS,
+		 "pool: the cover of the chunks an allocation spans exports");
+	CHECK_EQ(export_range(l, 256 * MIB, NULL), l == lb ? SUCCESS : INVALID_VALUE,
+		 "pool: its exact range exports only if chunk-aligned at both ends");
+	CHECK_EQ(export_range(lb + POOL_CH, 2 * POOL_CH, NULL), SUCCESS, "pool: interior chunks export");
+	CHECK_EQ(export_range(lb, 2 * POOL_CH + 4096, NULL), INVALID_VALUE,
+		 "pool: a range ending inside a chunk is refused");
+
+	/* attributes */
+	CUcontext ctx = (CUcontext)1;
+
+	p_cuPointerGetAttribute(&ctx, A_CONTEXT, l);
+	CHECK(ctx == NULL, "pool: CONTEXT NULL");
+	CHECK_EQ(attr_u32(A_RDMA_CAPABLE, l), 0, "pool: IS_GPU_DIRECT_RDMA_CAPABLE 0");
+	CHECK_EQ(attr_u32(A_MEMORY_TYPE, l), 2, "pool: MEMORY_TYPE DEVICE");
+	CHECK_EQ(attr_u32(A_DEVICE_ORDINAL, l), 0, "pool: DEVICE_ORDINAL the pool's device");
+	void *pool = NULL, *mp = NULL;
+
+	p_cuPointerGetAttribute(&mp, A_MEMPOOL, l);
+	CHECK(p_pool(&pool, 0) == SUCCESS && mp != NULL && mp == pool,
+	      "pool: MEMPOOL_HANDLE non-NULL, the default pool");
+	CHECK_EQ(p_cuPointerSetAttribute(&one, A_SYNC_MEMOPS, l), SUCCESS, "pool: SYNC_MEMOPS set succeeds");
+
+	/* an explicit pool allocation behaves alike */
+	CUdeviceptr e = 0;
+
+	CHECK(p_from_pool(&e, MIB, pool, NULL) == SUCCESS && fake_cuda_alloc_info(e, &(struct fake_cuda_alloc_info){ 0 }) == 0 &&
+	      attr_u64(A_MAPPING_SIZE, e, NULL) == POOL_CH, "cuMemAllocFromPoolAsync: pool memory alike");
+	fake_cuda_free_async(e);
+
+	/* straddling: an allocation across a chunk boundary has two MAPPINGs */
+	fake_cuda_free_async(l);
+	for (int i = 0; i < 4; i++)
+		fake_cuda_free_async(s[i]);
+	uint64_t f = fake_cuda_alloc_async(31 * MIB - MIB); /* after a: up to 31 MiB */
+	uint64_t x = fake_cuda_alloc_async(2 * MIB);
+
+	CHECK(x == a + 31 * MIB && attr_u64(A_MAPPING_BASE, x, NULL) == a &&
+	      attr_u64(A_MAPPING_BASE, x + 2 * MIB - 1, NULL) == a + POOL_CH,
+	      "pool: an allocation may straddle two chunks");
+	fake_cuda_free_async(x);
+	fake_cuda_free_async(f);
+
+	/* release threshold 0: an empty chunk is released; same VA, new id, new memory */
+	unsigned chunks = fake_cuda_pool_chunks(0);
+	uint64_t id = fake_cuda_buffer_id(a), gen = fake_cuda_phys_gen(a);
+
+	fake_cuda_free_async(a);
+	CHECK_EQ(fake_cuda_pool_chunks(0), chunks - 1, "pool: a chunk with no allocation is released");
+	CHECK_EQ(fake_cuda_phys_gen(a), 0, "pool: its memory is gone");
+	uint64_t a2 = fake_cuda_alloc_async(MIB);
+
+	CHECK(a2 == a && fake_cuda_buffer_id(a2) > id && fake_cuda_phys_gen(a2) != gen,
+	      "pool: the VA is reused: new BUFFER_ID, new physical memory");
+
+	/* an open dma-buf of a chunk holds its memory after the pool released it */
+	int fd = -1;
+
+	CHECK_EQ(export_range(a2, POOL_CH, &fd), SUCCESS, "pool: export the chunk");
+	fake_cuda_free_async(a2);
+	CHECK_EQ(fake_cuda_dmabuf_held_bytes(), POOL_CH,
+		 "pool: freed chunk with an open dma-buf: exactly 32 MiB still allocated");
+	uint64_t a3 = fake_cuda_alloc_async(MIB);
+
+	CHECK(a3 == a && fake_cuda_phys_gen(a3) != 0, "pool: VA reused at once, new memory");
+	close(fd);
+	CHECK_EQ(fake_cuda_dmabuf_held_bytes(), 0, "pool: closing the dma-buf frees it");
+	fake_cuda_free_async(a3);
+	CHECK_EQ(fake_cuda_pool_chunks(0), 0, "pool: no chunk left");
+}
+
+typedef CUresult (*retain_t)(CUcontext *, int);
+typedef CUresult (*devop_t)(int);
+typedef CUresult (*state_t)(int, unsigned *, int *);
+typedef CUresult (*ctxdev_t)(int *);
+typedef CUresult (*ctxpop_t)(CUcontext *);
+typedef CUresult (*ctxcreate_t)(CUcontext *, unsigned, int);
+typedef CUresult (*count_t)(int *);
+typedef CUresult (*devget_t)(int *, int);
+
+static unsigned g_ctx_frees;
+
+static void ctx_observer(uint64_t va, uint64_t size, uint64_t id, int kind, void *arg)
+{
+	(void)va;
+	(void)size;
+	(void)id;
+	(void)kind;
+	(void)arg;
+	g_ctx_frees++;
+}
+
+static void test_devices(void)
+{
+	retain_t retain = (retain_t)resolve("cuDevicePrimaryCtxRetain", 12000);
+	devop_t release = (devop_t)resolve("cuDevicePrimaryCtxRelease", 12000);
+	devop_t preset = (devop_t)resolve("cuDevicePrimaryCtxReset", 12000);
+	state_t getstate = (state_t)resolve("cuDevicePrimaryCtxGetState", 12000);
+	ctxdev_t getdev = (ctxdev_t)resolve("cuCtxGetDevice", 12000);
+	ctxset_t push = (ctxset_t)resolve("cuCtxPushCurrent", 12000);
+	ctxpop_t pop = (ctxpop_t)resolve("cuCtxPopCurrent", 12000);
+	ctxcreate_t create = (ctxcreate_t)resolve("cuCtxCreate", 12000);
+	ctxset_t destroy = (ctxset_t)resolve("cuCtxDestroy", 12000);
+	count_t getcount = (count_t)resolve("cuDeviceGetCount", 12000);
+	devget_t devget = (devget_t)resolve("cuDeviceGet", 12000);
+	CUcontext c0 = NULL, c1 = NULL, c = NULL;
+	CUdeviceptr d0, d1;
+	CUresult rc;
+	int n = 0, dev = -1, active = -1;
+	unsigned flags;
+
+	fake_cuda_reset();
+	CHECK_EQ(fake_cuda_set_device_count(5), -EINVAL, "device count: at most 4");
+	CHECK_EQ(fake_cuda_set_device_count(2), 0, "two devices");
+	CHECK(getcount(&n) == SUCCESS && n == 2, "cuDeviceGetCount 2");
+	CHECK(devget(&dev, 1) == SUCCESS && dev == 1 && devget(&dev, 2) == INVALID_DEVICE,
+	      "cuDeviceGet: 1 exists, 2 does not");
+	/* driver-API style: retained before use */
+	CHECK(retain(&c0, 0) == SUCCESS && retain(&c1, 1) == SUCCESS && c0 && c1 && c0 != c1,
+	      "each device its own primary context");
+	CHECK(c1 == fake_cuda_primary_context(1), "fake_cuda_primary_context");
+	p_cuCtxSetCurrent(c1);
+	CHECK(getdev(&dev) == SUCCESS && dev == 1, "cuCtxGetDevice: the current context's device");
+	CHECK_EQ(p_cuMemAlloc(&d1, 4 * MIB), SUCCESS, "cuMemAlloc with GPU1's context current");
+	p_cuPointerGetAttribute(&c, A_CONTEXT, d1);
+	CHECK(attr_u32(A_DEVICE_ORDINAL, d1) == 1 && c == c1,
+	      "GPU1 memory: DEVICE_ORDINAL 1, CONTEXT GPU1's context");
+	p_cuCtxSetCurrent(c0);
+	CHECK_EQ(p_cuMemAlloc(&d0, 4 * MIB), SUCCESS, "cuMemAlloc on GPU0");
+	CHECK_EQ(attr_u32(A_DEVICE_ORDINAL, d0), 0, "GPU0 memory: DEVICE_ORDINAL 0");
+	uint64_t h0 = fake_cuda_alloc_on(0, 4096), h1 = fake_cuda_alloc_on(1, 4096);
+
+	CHECK(attr_u32(A_DEVICE_ORDINAL, h0) == 0 && attr_u32(A_DEVICE_ORDINAL, h1) == 1 &&
+	      fake_cuda_alloc_on(2, 4096) == 0, "fake_cuda_alloc_on: on the device asked, existing only");
+	uint64_t q1 = fake_cuda_alloc_async_on(1, MIB);
+
+	CHECK_EQ(attr_u32(A_DEVICE_ORDINAL, q1), 1, "fake_cuda_alloc_async_on: the pool's device");
+
+	/* export of GPU1 memory: any current context works, none does not */
+	p_cuCtxSetCurrent(NULL);
+	CHECK_EQ(export_range(d1, 4 * MIB, NULL), INVALID_CONTEXT, "export GPU1 memory, no context");
+	p_cuCtxSetCurrent(c0);
+	CHECK_EQ(export_range(d1, 4 * MIB, NULL), SUCCESS, "export GPU1 memory, GPU0's context");
+	CHECK(push(c1) == SUCCESS && getdev(&dev) == SUCCESS && dev == 1, "cuCtxPushCurrent");
+	CHECK_EQ(export_range(d1, 4 * MIB, NULL), SUCCESS, "export GPU1 memory, GPU1's context");
+	CHECK(pop(&c) == SUCCESS && c == c1 && getdev(&dev) == SUCCESS && dev == 0,
+	      "cuCtxPopCurrent: back to GPU0's");
+
+	/* a created context: its memory exports with GPU0's primary; destroy frees only it */
+	CUcontext own = NULL;
+	CUdeviceptr o;
+
+	CHECK(create(&own, 0, 1) == SUCCESS && own != c1, "cuCtxCreate on GPU1");
+	CHECK_EQ(p_cuMemAlloc(&o, 2 * MIB), SUCCESS, "allocate in it (it is current)");
+	p_cuPointerGetAttribute(&c, A_CONTEXT, o);
+	CHECK(c == own, "its memory reports it as CONTEXT");
+	CHECK(pop(&c) == SUCCESS && c == own, "pop it: GPU0's primary again");
+	CHECK_EQ(export_range(o, 2 * MIB, NULL), SUCCESS, "export a created context's memory, GPU0's current");
+	CHECK_EQ(destroy(own), SUCCESS, "cuCtxDestroy");
+	bufid(o, &rc);
+	CHECK(rc == INVALID_VALUE && bufid(d1, &rc) && rc == SUCCESS,
+	      "cuCtxDestroy frees its memory only");
+
+	/* per-device attributes */
+	CHECK_EQ(fake_cuda_set_device_attr_dev(1, 124, 0), 0, "set DMA_BUF_SUPPORTED 0 on GPU1");
+	int v0 = -1, v1 = -1;
+
+	p_cuDeviceGetAttribute(&v0, 124, 0);
+	p_cuDeviceGetAttribute(&v1, 124, 1);
+	CHECK(v0 == 1 && v1 == 0, "per-device attribute");
+	CHECK_EQ(export_range(d1, 4 * MIB, NULL), NOT_SUPPORTED, "export checks the memory's device");
+	fake_cuda_set_device_attr_dev(1, 124, 1);
+
+	/* GPU1's primary context: a release that is not the last frees nothing; the last does */
+	fake_cuda_set_free_observer(ctx_observer, NULL);
+	g_ctx_frees = 0;
+	CHECK(retain(&c, 1) == SUCCESS && release(1) == SUCCESS && bufid(d1, &rc) && rc == SUCCESS,
+	      "primary release, not the last: memory valid");
+	CHECK_EQ(release(1), SUCCESS, "the last release of GPU1's primary context");
+	bufid(d1, &rc);
+	CHECK_EQ(rc, INVALID_VALUE, "GPU1's context memory freed (BUFFER_ID query INVALID_VALUE)");
+	CHECK_EQ(fake_cuda_buffer_id(h1), 0, "all of it");
+	CHECK_EQ(g_ctx_frees, 2, "free observer called for each");
+	CHECK(bufid(q1, &rc) && rc == SUCCESS, "GPU1's pool memory stays valid");
+	CHECK(bufid(d0, &rc) && rc == SUCCESS && fake_cuda_buffer_id(h0), "GPU0's memory untouched");
+	CHECK(getstate(1, &flags, &active) == SUCCESS && active == 0, "GetState: active 0 after the last release");
+	CHECK(getstate(0, &flags, &active) == SUCCESS && active == 1, "GPU0's still active");
+	fake_cuda_set_free_observer(NULL, NULL);
+
+	/* reset of GPU1: its context memory goes, GPU0's and VMM memory stay */
+	uint64_t r = fake_cuda_vmm_reserve(2 * MIB);
+
+	p_cuCtxSetCurrent(c1);
+	p_cuMemAlloc(&d1, MIB);
+	CHECK_EQ(fake_cuda_vmm_map(r, 2 * MIB), 0, "VMM memory on GPU1");
+	CHECK_EQ(preset(1), SUCCESS, "cuDevicePrimaryCtxReset(GPU1)");
+	CHECK(fake_cuda_buffer_id(d1) == 0 && fake_cuda_buffer_id(d0) != 0,
+	      "reset frees GPU1's context memory, GPU0's stays");
+	CHECK(fake_cuda_buffer_id(r) != 0, "VMM memory survives the reset (assumed)");
+	fake_cuda_vmm_unmap(r, 2 * MIB);
+	fake_cuda_vmm_free(r, 2 * MIB);
+	p_cuCtxSetCurrent(c0);
+	release(0);
+	fake_cuda_reset();
+	CHECK(getcount(&n) == SUCCESS && n == 1, "reset: one device again");
+}
+
+static void test_ipc(void)
+{
+	typedef struct {
+		char reserved[64];
+	} ipch_t;
+	typedef CUresult (*getmh_t)(ipch_t *, CUdeviceptr);
+	typedef CUresult (*openmh_t)(CUdeviceptr *, ipch_t, unsigned);
+	typedef CUresult (*closemh_t)(CUdeviceptr);
+	getmh_t getmh = (getmh_t)resolve("cuIpcGetMemHandle", 12000);
+	openmh_t openmh = (openmh_t)resolve("cuIpcOpenMemHandle", 12000);
+	closemh_t closemh = (closemh_t)resolve("cuIpcCloseMemHandle", 12000);
+	ipch_t h;
+	CUdeviceptr p = 0, p2 = 0, p3 = 0;
+	CUcontext c = NULL;
+	struct fake_cuda_alloc_info info = { 0 };
+	unsigned one = 1;
+	CUresult rc;
+
+	fake_cuda_reset();
+	uint64_t e = fake_cuda_alloc(3 * MIB);
+
+	CHECK_EQ(getmh(&h, e), SUCCESS, "cuIpcGetMemHandle of cuMemAlloc memory");
+	CHECK_EQ(openmh(&p, h, 1), SUCCESS, "cuIpcOpenMemHandle (the importer)");
+	CHECK(p && p != e && bufid(p, &rc) != bufid(e, &rc) && rc == SUCCESS,
+	      "IPC import: its own BUFFER_ID");
+	p_cuPointerGetAttribute(&c, A_CONTEXT, p);
+	CHECK(c == fake_cuda_context() && attr_u32(A_MEMORY_TYPE, p) == 2 &&
+	      attr_u32(A_RDMA_CAPABLE, p) == 0,
+	      "IPC import: CONTEXT the importer's, MEMORY_TYPE DEVICE, RDMA_CAPABLE 0");
+	CHECK(attr_u64(A_RANGE_START, p + 100, NULL) == p && attr_u64(A_RANGE_SIZE, p, NULL) == 3 * MIB &&
+	      attr_u64(A_MAPPING_BASE, p + 100, NULL) == p && attr_u64(A_MAPPING_SIZE, p, NULL) == 3 * MIB,
+	      "IPC import: RANGE and MAPPING exactly the allocation");
+	CHECK_EQ(p_cuPointerSetAttribute(&one, A_SYNC_MEMOPS, p), SUCCESS, "IPC import: SYNC_MEMOPS ok");
+	CHECK_EQ(export_range(p, 2 * MIB, NULL), INVALID_VALUE, "IPC import: dma-buf export fails");
+	CHECK(fake_cuda_alloc_info(p, &info) == 0 && info.kind == FAKE_CUDA_KIND_IPC, "kind IPC");
+	unsigned long long id = bufid(p, &rc);
+
+	CHECK(openmh(&p2, h, 1) == SUCCESS && p2 == p, "open twice: same VA");
+	CHECK(closemh(p2) == SUCCESS && bufid(p, &rc) == id && rc == SUCCESS,
+	      "close one of two: still valid");
+	CHECK_EQ(closemh(p), SUCCESS, "close the last");
+	bufid(p, &rc);
+	CHECK_EQ(rc, INVALID_VALUE, "closed: BUFFER_ID query INVALID_VALUE");
+	CHECK(openmh(&p3, h, 1) == SUCCESS && p3 == p && bufid(p3, &rc) > id,
+	      "reopen: same VA, new BUFFER_ID");
+	closemh(p3);
+	uint64_t i1 = fake_cuda_ipc_import(e), i2 = fake_cuda_ipc_import(e);
+
+	CHECK(i1 && i1 == i2 && fake_cuda_ipc_close(i1) == 0 && fake_cuda_buffer_id(i1) &&
+	      fake_cuda_ipc_close(i1) == 0 && !fake_cuda_buffer_id(i1) && fake_cuda_ipc_close(i1) == -EINVAL,
+	      "fake_cuda_ipc_import / close: reference counted");
+
+	ipch_t old = { { 0 } };
+	uint64_t size = 8192;
+
+	memcpy(old.reserved, &size, sizeof(size));
+	CHECK(openmh(&p, old, 0) == SUCCESS && fake_cuda_alloc_info(p, &info) == 0 &&
+	      info.kind == FAKE_CUDA_KIND_DEVICE && info.size == 8192 && closemh(p) == SUCCESS &&
+	      !fake_cuda_buffer_id(p), "a hand-made handle: a fresh DEVICE allocation (kept)");
+	fake_cuda_free(e);
+}
+
+static void test_vmm_shareable(void)
+{
+	struct {
+		int type, handle_types;
+		struct {
+			int type, id;
+		} loc;
+		void *win32;
+		unsigned char flags[8];
+	} prop = { 1, 1, { 1, 0 }, NULL, { 0 } };
+	struct {
+		struct {
+			int type, id;
+		} loc;
+		int flags;
+	} access = { { 1, 0 }, 3 };
+	typedef CUresult (*create_t)(unsigned long long *, size_t, const void *, unsigned long long);
+	typedef CUresult (*rel_t)(unsigned long long);
+	typedef CUresult (*exp_t)(void *, unsigned long long, int, unsigned long long);
+	typedef CUresult (*imp_t)(unsigned long long *, void *, int);
+	typedef CUresult (*resv_t)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	typedef CUresult (*afree_t)(CUdeviceptr, size_t);
+	typedef CUresult (*map_t)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+	typedef CUresult (*acc_t)(CUdeviceptr, size_t, const void *, size_t);
+	typedef CUresult (*unmap_t)(CUdeviceptr, size_t);
+	create_t mcreate = (create_t)resolve("cuMemCreate", 12000);
+	rel_t mrelease = (rel_t)resolve("cuMemRelease", 12000);
+	exp_t mexport = (exp_t)resolve("cuMemExportToShareableHandle", 12000);
+	imp_t mimport = (imp_t)resolve("cuMemImportFromShareableHandle", 12000);
+	resv_t reserve = (resv_t)resolve("cuMemAddressReserve", 12000);
+	afree_t afree = (afree_t)resolve("cuMemAddressFree", 12000);
+	map_t map = (map_t)resolve("cuMemMap", 12000);
+	acc_t setaccess = (acc_t)resolve("cuMemSetAccess", 12000);
+	unmap_t unmap = (unmap_t)resolve("cuMemUnmap", 12000);
+	unsigned long long hx = 0, hi = 0;
+	CUdeviceptr va = 0;
+	CUcontext c = (CUcontext)1;
+	unsigned one = 1;
+	int fd = -1;
+	CUresult rc;
+
+	fake_cuda_reset();
+	CHECK_EQ(mcreate(&hx, 2 * MIB, &prop, 0), SUCCESS, "cuMemCreate (POSIX fd requested)");
+	CHECK(mexport(&fd, hx, 1, 0) == SUCCESS && fd >= 0, "cuMemExportToShareableHandle: an fd");
+	CHECK_EQ(mimport(&hi, (void *)(intptr_t)fd, 1), SUCCESS, "cuMemImportFromShareableHandle");
+	CHECK(reserve(&va, 2 * MIB, 0, 0, 0) == SUCCESS && map(va, 2 * MIB, 0, hi, 0) == SUCCESS &&
+	      setaccess(va, 2 * MIB, &access, 1) == SUCCESS, "importer: reserve, map, set access");
+	unsigned long long id = bufid(va, &rc);
+
+	p_cuPointerGetAttribute(&c, A_CONTEXT, va);
+	CHECK(id && rc == SUCCESS && c == NULL, "VMM import: own BUFFER_ID, CONTEXT NULL");
+	CHECK_EQ(p_cuPointerSetAttribute(&one, A_SYNC_MEMOPS, va), NOT_SUPPORTED,
+		 "VMM import: SYNC_MEMOPS NOT_SUPPORTED");
+	CHECK_EQ(export_range(va, 2 * MIB, NULL), SUCCESS, "VMM import: dma-buf export succeeds");
+	CHECK_EQ(unmap(va, 2 * MIB), SUCCESS, "cuMemUnmap");
+	bufid(va, &rc);
+	CHECK_EQ(rc, INVALID_VALUE, "unmapped: BUFFER_ID query INVALID_VALUE");
+	CHECK(map(va, 2 * MIB, 0, hi, 0) == SUCCESS && bufid(va, &rc) > id,
+	      "remap of the same handle: new BUFFER_ID");
+	unmap(va, 2 * MIB);
+	CHECK_EQ(afree(va, 2 * MIB), SUCCESS, "cuMemAddressFree");
+	prop.handle_types = 0;
+	unsigned long long hn = 0;
+	int fd2 = -1;
+
+	CHECK(mcreate(&hn, 2 * MIB, &prop, 0) == SUCCESS && mexport(&fd2, hn, 1, 0) == INVALID_VALUE,
+	      "export without the handle type requested: refused");
+	CHECK(mrelease(hx) == SUCCESS && mrelease(hi) == SUCCESS && mrelease(hn) == SUCCESS &&
+	      mrelease(hx) == INVALID_VALUE, "cuMemRelease");
+	close(fd);
+}
+
 int main(void)
 {
 	load();
@@ -809,6 +1233,10 @@ int main(void)
 	test_faults_and_counters();
 	test_threads_and_reset();
 	test_stress();
+	test_pool();
+	test_devices();
+	test_ipc();
+	test_vmm_shareable();
 	printf("1..%d\n", g_tests);
 	if (g_failed)
 		printf("# %d of %d checks failed\n", g_failed, g_tests);

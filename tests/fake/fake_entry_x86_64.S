@@ -80,6 +80,9 @@
 	FAKE_ENTRY cuMemAllocAsync_ptsz
 	FAKE_ENTRY cuMemAllocHost_v2
 	FAKE_ENTRY cuMemAllocManaged
+	FAKE_ENTRY cuMemAllocFromPoolAsync
+	FAKE_ENTRY cuMemCreate
+	FAKE_ENTRY cuMemMap
 #endif /* __x86_64__ */
 
 	.section .note.GNU-stack, "", @progbits
