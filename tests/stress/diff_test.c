@@ -22,7 +22,14 @@
  * run on another thread (handed over and waited for, so the oracle's order holds), as an MPI
  * progress thread or PyTorch's allocator would free.
  *
- * Usage: diff_test [operations] [seed] [tag|events|intercept]   (default 10,000,000, tag)
+ * With "chunks" after the mode (issue 11): two GPUs, allocations on either, stream-ordered pool
+ * memory pinned as the pool's 32 MiB physical chunks (the fake backend then pins as the dmabuf
+ * backend does: pool_by_chunk), and now and then a reset of GPU 1's primary context (through the
+ * driver entry point, which the library intercepts), which frees GPU 1's context memory but not
+ * pool or VMM memory; the oracle follows each slot's device. Limits are larger (a pin is 32 MiB).
+ *
+ * Usage: diff_test [operations] [seed] [tag|events|intercept] [chunks]
+ *        (default 10,000,000, tag)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -54,6 +61,7 @@ enum kind { K_NONE, K_SMALL, K_MEDIUM, K_LARGE, K_POOL, K_VMM };
 struct slot {
 	enum kind kind;
 	uint64_t va, size;      /* VMM: the reservation (two 2 MiB mappings) */
+	int dev;                /* GPU (mode chunks: 0 or 1; VMM: 0) */
 };
 
 struct held {
@@ -71,7 +79,8 @@ static unsigned seed;
 static uint64_t rng_state;
 static int orphans;            /* held registrations whose buffer was freed (a caller bug, survived) */
 static uint64_t max_bytes = 8 * MiB, max_entries = 8;
-static bool events_mode, intercept_mode;
+static bool events_mode, intercept_mode, chunks_mode;
+static struct gdr_backend_ops chunk_backend_ops; /* fake_backend_ops, pinning pools by chunk */
 
 /* Mode events: what the interception of cuMemFree / cuMemUnmap / ... publishes. */
 static void freeing(uint64_t va, uint64_t size)
@@ -86,8 +95,10 @@ int cuMemFreeAsync(uint64_t p, void *stream);
 int cuMemUnmap(uint64_t p, size_t size);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemAllocAsync(uint64_t *p, size_t size, void *stream);
+int cuDevicePrimaryCtxReset_v2(int dev);
+int cuCtxSetCurrent(void *ctx);
 
-enum { F_NONE, F_FREE, F_FREE_ASYNC, F_UNMAP, F_QUIT };
+enum { F_NONE, F_FREE, F_FREE_ASYNC, F_UNMAP, F_RESET, F_QUIT };
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -106,6 +117,7 @@ static void *free_thread(void *arg)
 			break;
 		ft.rc = ft.what == F_FREE ? cuMemFree_v2(ft.va) :
 			ft.what == F_FREE_ASYNC ? cuMemFreeAsync(ft.va, NULL) :
+			ft.what == F_RESET ? cuDevicePrimaryCtxReset_v2((int)ft.va) :
 			cuMemUnmap(ft.va, ft.size);
 		ft.what = F_NONE;
 		pthread_cond_broadcast(&ft.cond);
@@ -119,6 +131,8 @@ static int free_call(int what, uint64_t va, uint64_t size)
 {
 	int rc;
 
+	if (!intercept_mode && what == F_RESET) /* the entry point: the library sees it in any mode */
+		return cuDevicePrimaryCtxReset_v2((int)va);
 	if (!intercept_mode)
 		return what == F_FREE ? fake_cuda_free(va) : what == F_FREE_ASYNC ?
 			fake_cuda_free_async(va) : fake_cuda_vmm_unmap(va, size);
@@ -138,7 +152,7 @@ static int probe_simulated(const char **why)
 	return 0;
 }
 static struct {
-	uint64_t allocs, frees, reallocs, remaps, regs, reg_fail, deregs, flushes, with_pd;
+	uint64_t allocs, frees, reallocs, remaps, regs, reg_fail, deregs, flushes, with_pd, resets;
 } n;
 
 static uint64_t rnd(void)
@@ -155,16 +169,20 @@ static uint64_t rnd_range(uint64_t lo, uint64_t hi)
 	return lo + rnd() % (hi - lo + 1);
 }
 
-static uint64_t alloc_kind(enum kind k, uint64_t size)
+static uint64_t alloc_kind(enum kind k, uint64_t size, int dev)
 {
 	uint64_t p = 0;
 
 	if (!intercept_mode)
-		return k == K_POOL ? fake_cuda_alloc_async(size) : fake_cuda_alloc(size);
+		return k == K_POOL ? fake_cuda_alloc_async_on(dev, size) : fake_cuda_alloc_on(dev, size);
+	if (dev)
+		cuCtxSetCurrent(fake_cuda_primary_context(dev));
 	if (k == K_POOL)
 		cuMemAllocAsync(&p, size, NULL);
 	else
 		cuMemAlloc_v2(&p, size);
+	if (dev)
+		cuCtxSetCurrent(fake_cuda_primary_context(0));
 	return p;
 }
 
@@ -174,11 +192,15 @@ static void slot_alloc(int i)
 	static const uint64_t small[] = { 512, 4096, 8192, 12288, 65536 };
 
 	s->kind = (enum kind)rnd_range(K_SMALL, K_VMM);
+	s->dev = chunks_mode && s->kind != K_VMM ? (int)(rnd() % 2) : 0;
 	switch (s->kind) {
 	case K_SMALL: s->size = small[rnd() % 5]; break;
 	case K_MEDIUM: s->size = rnd_range(64, 1024) * KiB; break;
 	case K_LARGE: s->size = rnd_range(2, 6) * MiB; break; /* some above the 2 MiB pin cap */
-	case K_POOL: s->size = rnd_range(1, 512) * KiB; break;
+	case K_POOL: /* chunks: now and then one that straddles two 32 MiB chunks */
+		s->size = chunks_mode && rnd() % 8 == 0 ? rnd_range(8, 40) * MiB :
+							 rnd_range(1, 512) * KiB;
+		break;
 	case K_VMM:
 		s->size = 4 * MiB;
 		s->va = fake_cuda_vmm_reserve(s->size);
@@ -189,9 +211,32 @@ static void slot_alloc(int i)
 		return;
 	default: break;
 	}
-	s->va = alloc_kind(s->kind, s->size);
+	s->va = alloc_kind(s->kind, s->size, s->dev);
 	CHECK(s->va);
 	n.allocs++;
+}
+
+/* Mode chunks: GPU 1's primary context reset. Its context memory goes (a held registration of it
+ * becomes a caller's bug, survived); its pool memory, and everything on GPU 0, stays. */
+static void gpu1_reset(void)
+{
+	for (int i = 0; i < NSLOTS; i++) {
+		struct slot *s = &slots[i];
+
+		if (s->kind == K_NONE || s->kind == K_POOL || s->kind == K_VMM || s->dev != 1)
+			continue;
+		for (int h = 0; h < nheld; h++)
+			if (held[h].slot == i) {
+				held[h].slot = -1;
+				orphans++;
+			}
+		s->kind = K_NONE;
+	}
+	CHECK(free_call(F_RESET, 1, 0) == 0);
+	for (int i = 0; i < NSLOTS; i++)
+		if (slots[i].kind != K_NONE)
+			CHECK(fake_cuda_buffer_id(slots[i].va) != 0);
+	n.resets++;
 }
 
 static void slot_free(int i)
@@ -241,7 +286,7 @@ static void slot_realloc(int i)
 	slot_free(i);
 	s->kind = k;
 	s->size = size;
-	s->va = alloc_kind(k, size);
+	s->va = alloc_kind(k, size, s->dev);
 	CHECK(s->va);
 	CHECK(fake_cuda_buffer_id(s->va) > old);
 	n.reallocs++;
@@ -351,6 +396,14 @@ int main(int argc, char **argv)
 	struct gdr_cache_stats st;
 
 	seed = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 0) : 20261121u;
+	chunks_mode = argc > 4 && !strcmp(argv[4], "chunks");
+	if (chunks_mode) {
+		max_bytes = 160 * MiB;
+		max_entries = 8;
+		attr.max_bytes = max_bytes;
+		chunk_backend_ops = fake_backend_ops;
+		chunk_backend_ops.pool_by_chunk = true;
+	}
 	intercept_mode = argc > 3 && !strcmp(argv[3], "intercept");
 	events_mode = intercept_mode || (argc > 3 && !strcmp(argv[3], "events"));
 	attr.field_mask |= GDR_CACHE_ATTR_VALIDATE;
@@ -364,8 +417,11 @@ int main(int argc, char **argv)
 	rng_state = 0x9e3779b97f4a7c15ULL ^ seed;
 	fake_verbs_install();
 	fake_backend_reset();
-	fake_be.bar_bytes = 10 * MiB;  /* BAR exhaustion happens too: evict and retry */
-	if (gdr_cache_create_ops(&attr, &fake_backend_ops, &cache)) {
+	fake_be.bar_bytes = chunks_mode ? 200 * MiB : 10 * MiB; /* BAR exhaustion: evict, retry */
+	if (chunks_mode)
+		CHECK(fake_cuda_set_device_count(2) == 0);
+	if (gdr_cache_create_ops(&attr, chunks_mode ? &chunk_backend_ops : &fake_backend_ops,
+				 &cache)) {
 		fprintf(stderr, "diff_test: cannot create the cache\n");
 		return 1;
 	}
@@ -391,6 +447,8 @@ int main(int argc, char **argv)
 				else
 					slot_realloc(i);
 			}
+		} else if (chunks_mode && rnd() % 40 == 0) {
+			gpu1_reset();
 		} else if (rnd() % 20 == 0) {
 			CHECK(gdr_cache_flush(cache) >= 0);
 			n.flushes++;
@@ -413,13 +471,17 @@ int main(int argc, char **argv)
 	CHECK(fake_be.outstanding_bytes == 0);
 	CHECK(fake_verbs.outstanding == 0);       /* no MR leaked */
 	CHECK(st.validate_mode == (uint64_t)attr.validate);
-	CHECK(events_mode ? st.tag_checks == 0 : st.events == 0);
+	/* (a reset goes through the intercepted entry point in every mode: a tag cache applies it) */
+	CHECK(events_mode ? st.tag_checks == 0 : chunks_mode || st.events == 0);
 	printf("diff_test: %" PRIu64 " operations (seed %u, validation %s): %" PRIu64 " gdr_reg (%" PRIu64
 	       " with a PD, %" PRIu64 " refused for lack of pinnable space), %" PRIu64 " gdr_dereg, %"
 	       PRIu64 " allocs, %" PRIu64 " frees, %" PRIu64 " reallocs at the same VA, %" PRIu64
 	       " VMM remaps, %" PRIu64 " flushes\n",
 	       ops, seed, intercept_mode ? "events, intercepted" : events_mode ? "events" : "tag", n.regs, n.with_pd, n.reg_fail, n.deregs, n.allocs, n.frees, n.reallocs,
 	       n.remaps, n.flushes);
+	if (chunks_mode)
+		printf("diff_test: two GPUs, pools pinned by 32 MiB chunk: %" PRIu64 " resets of GPU 1's "
+		       "primary context\n", n.resets);
 	printf("diff_test: cache: %" PRIu64 " hits (%" PRIu64 " lock-free), %" PRIu64 " misses, %"
 	       PRIu64 " stale, %" PRIu64 " free events, %" PRIu64 " tag checks, %" PRIu64
 	       " evictions, %" PRIu64 " pins, %" PRIu64 " retried after BAR exhaustion, %" PRIu64
