@@ -18,6 +18,7 @@
 static struct {
 	int status;                 /* 0, or -ENODEV */
 	gdr_cuInit_t init;
+	gdr_cuDriverGetVersion_t driver_version;
 	gdr_cuGetErrorName_t get_error_name;
 	gdr_cuPointerGetAttribute_t get_attribute;
 	gdr_cuPointerGetAttributes_t get_attributes;
@@ -102,6 +103,7 @@ static void cuda_load_once(void)
 	} while (0)
 
 	RESOLVE(init, "cuInit", true);
+	RESOLVE(driver_version, "cuDriverGetVersion", false);
 	RESOLVE(get_error_name, "cuGetErrorName", false);
 	RESOLVE(get_attribute, "cuPointerGetAttribute", true);
 	RESOLVE(get_attributes, "cuPointerGetAttributes", true);
@@ -121,6 +123,20 @@ static void cuda_load_once(void)
 	RESOLVE(device_attr, "cuDeviceGetAttribute", true);
 	RESOLVE(dmabuf, "cuMemGetHandleForAddressRange", false);
 #undef RESOLVE
+
+	/* The oldest driver the library is written for (README: requirements). Older ones lack
+	 * cuGetProcAddress (refused above) or answer it with entry points of other prototypes. */
+	if (cu.driver_version) {
+		int v = 0;
+
+		if (cu.driver_version(&v) == GDR_CUDA_SUCCESS && v < GDR_CUDA_MIN_DRIVER) {
+			gdr_warn("CUDA driver %d.%d is older than %d.%d: GPU paths disabled", v / 1000,
+				 v % 1000 / 10, GDR_CUDA_MIN_DRIVER / 1000,
+				 GDR_CUDA_MIN_DRIVER % 1000 / 10);
+			dlclose(h);
+			return;
+		}
+	}
 
 	/* Before cuInit: the driver starts no thread of its own before it. libcuda stays loaded. */
 	gdr_hooks_install(h, fresh);

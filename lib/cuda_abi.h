@@ -104,5 +104,7 @@ typedef gdr_CUresult (*gdr_cuGetErrorName_t)(gdr_CUresult error, const char **st
  * driver does not return a symbol newer than the version asked for). None of the entry points used
  * changed its prototype between 12.1 and 13.0. */
 #define GDR_CUDA_API_VERSION 12010
+/* The oldest CUDA driver the library runs on: 11.3, the first with cuGetProcAddress. */
+#define GDR_CUDA_MIN_DRIVER 11030
 
 #endif /* GDR_CUDA_ABI_H */

@@ -110,6 +110,24 @@ static void test_init_failure(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* A driver older than 11.3 (the README's minimum): GPU paths off, said once, host memory works. */
+static void test_old_driver_refused(void **state)
+{
+	pid_t pid = fork();
+	int status;
+
+	(void)state;
+	if (!pid) {
+		execl("/proc/self/exe", "test_cuda", "--old-driver", (char *)NULL);
+		_exit(77);
+	}
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77)
+		skip();
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -117,6 +135,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_buffer_id_and_sync_memops),
 		cmocka_unit_test(test_vmm_without_cuCtxSetFlags),
 		cmocka_unit_test(test_init_failure),
+		cmocka_unit_test(test_old_driver_refused),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--init-error")) {
@@ -130,6 +149,21 @@ int main(int argc, char **argv)
 		if (gdr_cuda_load() != -ENODEV || gdr_cache_create(NULL, &c))
 			return 1;
 		if (gdr_reg(c, FAKE_PD, buf, sizeof(buf), 0, &r) || gdr_dereg(r))
+			return 2;
+		return gdr_cache_destroy(c) ? 3 : 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--old-driver")) {
+		struct gdr_cache *c;
+		struct gdr_region *r;
+		uint64_t va;
+
+		fake_verbs_install();
+		fake_cuda_set_driver_version(11020); /* 11.2: cuGetProcAddress answers, too old */
+		va = fake_cuda_alloc(4096);
+		if (gdr_cuda_load() != -ENODEV || gdr_cache_create(NULL, &c))
+			return 1;
+		/* GPU memory is not known for what it is: with no PD, nothing to register */
+		if (gdr_reg(c, NULL, (void *)(uintptr_t)va, 4096, 0, &r) != -ENODEV)
 			return 2;
 		return gdr_cache_destroy(c) ? 3 : 0;
 	}
