@@ -31,10 +31,16 @@
  *                          larger ones are pinned in the 64 KiB-aligned requested range
  *   GDRCACHE_BACKEND       auto | kmod | dmabuf | peermem            (default auto)
  *   GDRCACHE_VALIDATE      auto | tag | events                       (default auto)
- *   GDRCACHE_LOG           none | error | warn | info | debug        (default warn)
- *   GDRCACHE_STATS         1: print every cache's statistics to stderr when it is destroyed or at exit
+ *   GDRCACHE_LOG           none | error | warn | info | debug (or 0-4)   (default warn)
+ *   GDRCACHE_LOG_FILE      append log lines to this file instead of stderr (%p: the pid)
+ *   GDRCACHE_STATS         1 or stderr: every cache's statistics when it is destroyed, at exit and
+ *                          on GDRCACHE_STATS_SIGNAL; file:PATH: appended to PATH (%p: the pid)
+ *   GDRCACHE_STATS_FORMAT  auto | text | kv | json (default auto: text on stderr, json in a file)
+ *   GDRCACHE_STATS_SIGNAL  none | USR1 | USR2 | HUP | RTMIN+n: also write them on this signal
  *   GDRCACHE_KMOD_DEV      path of the kernel module's device        (default /dev/gdrcache)
  *   GDRCACHE_LIBCUDA       file name to dlopen instead of libcuda.so.1 (for tests and debugging)
+ *   GDRCACHE_DISABLE       1: the preload passes every call through
+ * Every variable, its form and default: gdrcache(7).
  */
 #ifndef GDRCACHE_H
 #define GDRCACHE_H

@@ -29,9 +29,9 @@ static get_attr_fn driver(void)
 
 	if (f)
 		return f;
-	name = getenv("GDRCACHE_LIBCUDA");
+	name = gdrp_cfg.libcuda; /* GDRCACHE_LIBCUDA, or libcuda.so.1 */
 	/* RTLD_NOLOAD: only a driver the program loaded itself. Our reference keeps it loaded. */
-	h = dlopen(name && *name ? name : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	h = dlopen(*name ? name : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (!h)
 		return NULL;
 	*(void **)&f = dlsym(h, "cuPointerGetAttribute");

@@ -43,6 +43,8 @@
  * depth counter marks them. After fork() the child passes everything through; the MRs it inherited
  * are the parent's: their release only forgets them. GDRCACHE_DISABLE=1: pure pass-through.
  * GDRCACHE_STATS=1: the library prints the cache's statistics at exit, this its own counters.
+ * Every GDRCACHE_* variable is parsed by the library's table (gdr_private_config), and lines go
+ * through its logger, so that each means the same here as there.
  *
  * Nothing is printed for a call that ends as it would without the preload (a program's stderr is
  * its own): such events are logged at info or debug, and unless GDRCACHE_LOG is set the preload
@@ -108,7 +110,7 @@ static __thread unsigned in_lib __attribute__((tls_model("initial-exec")));
 
 static bool disabled = true; /* GDRCACHE_DISABLE=1; and until the environment is read */
 static bool configured;      /* the environment was read (configure) */
-static bool print_stats; /* GDRCACHE_STATS=1 */
+struct gdr_private_config gdrp_cfg; /* the library's parse of GDRCACHE_* (configure) */
 static bool forked;      /* this process is a child of fork(): pass-through */
 static struct gdr_cache *cache;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -135,22 +137,7 @@ static struct {
 } st;
 
 #define COUNT(field) __atomic_fetch_add(&st.field, 1, __ATOMIC_RELAXED)
-
-static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };
-
-void gdrp_log_write(int level, const char *func, int line, const char *fmt, ...)
-{
-	int saved = errno;
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "gdrcache-preload[%d] %s: %s (%s:%d)\n", (int)getpid(),
-		level >= 0 && level <= GDR_LOG_DEBUG ? level_names[level] : "?", msg, func, line);
-	errno = saved;
-}
+#define LOAD(field) __atomic_load_n(&st.field, __ATOMIC_RELAXED)
 
 static const char *err_name(int err)
 {
@@ -159,14 +146,8 @@ static const char *err_name(int err)
 	return s ? s : "unknown error";
 }
 
-static bool env_on(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v && strcmp(v, "0") != 0;
-}
-
 static void resolve_all(void);
+static void print_stats(const char *why);
 
 static void child_after_fork(void)
 {
@@ -186,13 +167,13 @@ static void init(void)
  * DT_PREINIT_ARRAY precedes. Until then every call passes through (disabled). */
 static void configure(void)
 {
-	const char *lvl = getenv("GDRCACHE_LOG");
-	bool off = env_on("GDRCACHE_DISABLE");
+	bool off;
 
-	for (int i = 0; lvl && i <= GDR_LOG_DEBUG; i++)
-		if (!strcmp(lvl, level_names[i]))
-			gdrp_log_level = i;
-	print_stats = env_on("GDRCACHE_STATS");
+	gdr_private_config(&gdrp_cfg, sizeof(gdrp_cfg));
+	off = gdrp_cfg.disable;
+	gdrp_log_level = gdrp_cfg.log_level;
+	if (gdrp_cfg.stats)
+		gdr_private_stats_on_signal(print_stats);
 	__atomic_store_n(&disabled, off, __ATOMIC_RELAXED);
 	__atomic_store_n(&configured, true, __ATOMIC_RELEASE);
 	gdrp_debug("loaded%s", off ? " (GDRCACHE_DISABLE: pass-through)" : "");
@@ -210,19 +191,42 @@ __attribute__((constructor)) static void preload_ctor(void)
 	setup();
 }
 
+/* The preload's counters, where GDRCACHE_STATS says (at exit, on GDRCACHE_STATS_SIGNAL). */
+static void print_stats(const char *why)
+{
+	const char *mode = __atomic_load_n(&disabled, __ATOMIC_RELAXED) ? "disabled"
+			   : __atomic_load_n(&forked, __ATOMIC_RELAXED) ? "child of fork" : "on";
+	const struct gdr_stat v[] = {
+		{ "mode", mode, 0 },
+		{ "cached", NULL, LOAD(cached) },
+		{ "released", NULL, LOAD(released) },
+		{ "passthrough_host", NULL, LOAD(host) },
+		{ "passthrough_iova", NULL, LOAD(iova) },
+		{ "passthrough_odp", NULL, LOAD(odp) },
+		{ "passthrough_dmabuf", NULL, LOAD(dmabuf) },
+		{ "fallback", NULL, LOAD(fallback) },
+		{ "rereg", NULL, LOAD(rereg) },
+		{ "orphaned", NULL, LOAD(orphaned) },
+		{ "pd_released", NULL, LOAD(pd_released) },
+		{ "after_fork", NULL, LOAD(after_fork) },
+		{ "passthrough_other", NULL, LOAD(other) },
+		{ "rereg_refused", NULL, LOAD(rereg_refused) },
+	};
+	char head[64];
+
+	if (!strcmp(why, "at exit"))
+		snprintf(head, sizeof(head), "%s", strcmp(mode, "on") ? " (" : "");
+	else
+		snprintf(head, sizeof(head), " (%s%s", why, strcmp(mode, "on") ? ", " : ")");
+	if (strcmp(mode, "on"))
+		snprintf(head + strlen(head), sizeof(head) - strlen(head), "%s)", mode);
+	gdr_private_stats_emit("preload", why, "gdrcache-preload", head, v, sizeof(v) / sizeof(v[0]));
+}
+
 __attribute__((destructor)) static void preload_dtor(void)
 {
-	if (!print_stats)
-		return;
-	fprintf(stderr,
-		"gdrcache-preload[%d] stats%s: cached %" PRIu64 " released %" PRIu64
-		" passthrough_host %" PRIu64 " passthrough_iova %" PRIu64 " passthrough_odp %" PRIu64
-		" passthrough_dmabuf %" PRIu64 " fallback %" PRIu64 " rereg %" PRIu64
-		" orphaned %" PRIu64 " pd_released %" PRIu64 " after_fork %" PRIu64
-		" passthrough_other %" PRIu64 " rereg_refused %" PRIu64 "\n",
-		(int)getpid(), disabled ? " (disabled)" : forked ? " (child of fork)" : "",
-		st.cached, st.released, st.host, st.iova, st.odp, st.dmabuf, st.fallback, st.rereg,
-		st.orphaned, st.pd_released, st.after_fork, st.other, st.rereg_refused);
+	if (gdrp_cfg.stats)
+		print_stats("at exit");
 }
 
 /* A real libibverbs call for the program: what it reaches of our symbols passes through. */
@@ -242,12 +246,11 @@ static void cache_create(void)
 {
 	struct gdr_cache_attr attr = { 0 };
 	struct gdr_cache *c = NULL;
-	const char *lvl = getenv("GDRCACHE_LOG");
 	int rc;
 
 	/* Whatever the library reports on the preload's path ends in a direct registration: the
 	 * program sees libibverbs' answer, so its stderr stays its own unless logging was asked for. */
-	if (!lvl || !*lvl) {
+	if (!gdrp_cfg.log_set) {
 		attr.field_mask = GDR_CACHE_ATTR_LOG_LEVEL;
 		attr.log_level = GDR_LOG_NONE;
 	}

@@ -9,14 +9,16 @@
 
 #include <gdrcache.h>
 
-/* Logging: the library's levels and variable (GDRCACHE_LOG), its own prefix. */
+#include "gdrcache_private.h"
+
+/* Logging: the library's logger (format, rate limit, GDRCACHE_LOG_FILE) and GDRCACHE_LOG as the
+ * library parses it (gdrcache_private.h); the preload's own level, since it may turn the
+ * library's off on its path (interpose.c: cache_create). */
 extern int gdrp_log_level;
-void gdrp_log_write(int level, const char *func, int line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 #define gdrp_log(level, ...)                                                                       \
 	do {                                                                                       \
 		if ((level) <= gdrp_log_level)                                                     \
-			gdrp_log_write(level, __func__, __LINE__, __VA_ARGS__);                    \
+			gdr_private_log(level, __func__, __LINE__, __VA_ARGS__);                   \
 	} while (0)
 #define gdrp_err(...) gdrp_log(GDR_LOG_ERROR, __VA_ARGS__)
 #define gdrp_warn(...) gdrp_log(GDR_LOG_WARN, __VA_ARGS__)
@@ -57,6 +59,9 @@ unsigned gdrp_pds_of(struct ibv_context *ctx, struct ibv_pd **pds, unsigned max)
  * releases) and returns how many there were. */
 unsigned gdrp_orphan_pd(struct ibv_pd *pd, struct gdr_region **regions, unsigned max);
 void gdrp_mrtab_atfork(void);
+
+/* interpose.c: the configuration (the library's parser), read once libc has an environment. */
+extern struct gdr_private_config gdrp_cfg;
 
 /* classify.c: whether the CUDA driver already loaded in this process calls addr device memory. */
 bool gdrp_is_gpu(const void *addr);

@@ -24,6 +24,12 @@
 #   next NEXT               RTLD_NEXT through the preload's dlsym and dlvsym still finds the next object
 #   newnodes NEW            ibv_reg_mr_ex@IBVERBS_1.15, ibv_reg_buf_mr@IBVERBS_1.17 bind to the preload
 #                           (LD_DEBUG); cached / passed through as they must be
+#   config TEST SAME        every GDRCACHE_* variable means in the preload what it means in the
+#                           library (one parser, one logger): GDRCACHE_LOG=3 is info in both,
+#                           GDRCACHE_STATS=off prints nothing, GDRCACHE_DISABLE=no caches, a
+#                           malformed value is refused with the library's message and passes
+#                           through; GDRCACHE_LOG_FILE takes the preload's lines too;
+#                           GDRCACHE_STATS_SIGNAL writes the preload's counters
 #   same SAME               the same stdout (every call's outcome) and the same stderr with and without
 #                           the preload, over today's rdma-core and 44
 # Environment: GDRP_PRELOAD (the .so), GDRP_FAKEDIR / GDRP_FAKEDIR44 (the fake libibverbs'
@@ -263,11 +269,86 @@ same)
 	# Control: the preload has things to say about these calls, at info.
 	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_LOG=info GDRCACHE_BACKEND=peermem \
 		"$same" >/dev/null 2>"$tmp/err1"
-	if grep -q 'gdrcache-preload\[[0-9]*\] info: ibv_rereg_mr of a cached MR: the provider refuses' \
+	if grep -q '^gdrcache\[[0-9:]*\] [^ ]* info: ibv_rereg_mr of a cached MR: the provider refuses' \
 		"$tmp/err1"; then
 		pass "control: with GDRCACHE_LOG=info the preload says why"
 	else
 		fail "control: nothing said at GDRCACHE_LOG=info"
+	fi
+	;;
+config)
+	test=$1 same=$2
+	# GDRCACHE_LOG=3 is info, in the library's parser and so in the preload (which once knew
+	# only the names): the same info lines as with GDRCACHE_LOG=info.
+	for lvl in info 3; do
+		LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_LOG=$lvl \
+			GDRCACHE_BACKEND=peermem "$same" >/dev/null 2>"$tmp/err.$lvl"
+		grep ' info: ' "$tmp/err.$lvl" | sed 's/^.* info: /info: /; s/ ([a-z_0-9]*:[0-9].*)$//' |
+			sed 's/0x[0-9a-f]*/0x/g' | sort -u >"$tmp/info.$lvl"
+	done
+	if grep -q 'ibv_rereg_mr of a cached MR: the provider refuses' "$tmp/info.3" &&
+		cmp -s "$tmp/info.info" "$tmp/info.3"; then
+		pass "GDRCACHE_LOG=3: the preload's info lines, as with GDRCACHE_LOG=info"
+	else
+		fail "GDRCACHE_LOG=3 and GDRCACHE_LOG=info differ in the preload"
+		diff "$tmp/info.info" "$tmp/info.3"
+	fi
+	# GDRCACHE_STATS=off: no statistics, from the library or the preload (the preload once took
+	# any value but "0" as on).
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=off \
+		"$test" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ $rc -eq 77 ] && exit 77
+	[ $rc -eq 0 ] || fail "test_preload with GDRCACHE_STATS=off exited $rc"
+	if grep -E 'stats' "$tmp/err"; then
+		fail "GDRCACHE_STATS=off printed statistics"
+	else
+		pass "GDRCACHE_STATS=off: no statistics from the preload or the library"
+	fi
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=on \
+		"$test" >"$tmp/out" 2>"$tmp/err"
+	if grep -Eq 'gdrcache-preload\[[0-9]+\] stats: cached [1-9]' "$tmp/err" &&
+		grep -Eq 'gdrcache\[[0-9]+\] stats \(' "$tmp/err"; then
+		pass "control: GDRCACHE_STATS=on prints both"
+	else
+		fail "GDRCACHE_STATS=on: not both statistics lines"
+	fi
+	# GDRCACHE_DISABLE=no caches (it once disabled); a malformed value is refused by name, and
+	# everything passes through (no cache can be made), with nothing broken.
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem GDRCACHE_DISABLE=no \
+		GDRCACHE_STATS=1 "$test" >"$tmp/out" 2>"$tmp/err"
+	if [ $? -eq 0 ] && grep -Eq 'gdrcache-preload\[[0-9]+\] stats: cached [1-9]' "$tmp/err"; then
+		pass "GDRCACHE_DISABLE=no: cached"
+	else
+		fail "GDRCACHE_DISABLE=no did not cache"
+	fi
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem \
+		GDRCACHE_DISABLE=maybe "$test" --disabled >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ $rc -eq 0 ] && grep -q 'GDRCACHE_DISABLE="maybe" is malformed: it must be' "$tmp/err"; then
+		pass "GDRCACHE_DISABLE=maybe: refused by name, every registration libibverbs' own"
+	else
+		fail "GDRCACHE_DISABLE=maybe: exit $rc, or no message"
+		cat "$tmp/err"
+	fi
+	# GDRCACHE_STATS_SIGNAL: the preload's counters on the signal too, the program goes on.
+	out=$(LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_STATS=1 \
+		GDRCACHE_STATS_SIGNAL=USR1 bash -c 'kill -USR1 $$; sleep 0.5; echo alive' 2>&1)
+	if echo "$out" | grep -Eq 'gdrcache-preload\[[0-9]+\] stats \(signal\): cached 0 ' &&
+		echo "$out" | grep -qx alive; then
+		pass "GDRCACHE_STATS_SIGNAL=USR1: the preload's statistics on the signal"
+	else
+		fail "GDRCACHE_STATS_SIGNAL=USR1 under the preload: $out"
+	fi
+	# GDRCACHE_LOG_FILE (%p): the preload's lines and the library's go there, not to stderr.
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_LOG=info \
+		GDRCACHE_LOG_FILE="$tmp/log.%p" GDRCACHE_BACKEND=peermem "$same" >/dev/null 2>"$tmp/err"
+	if [ ! -s "$tmp/err" ] && cat "$tmp/log."[0-9]* 2>/dev/null |
+		grep -q 'info: ibv_rereg_mr of a cached MR: the provider refuses'; then
+		pass "GDRCACHE_LOG_FILE=$tmp/log.%p: the preload's lines there, nothing on stderr"
+	else
+		fail "GDRCACHE_LOG_FILE: lines not in the file, or on stderr"
+		cat "$tmp/err"
 	fi
 	;;
 disabled)
@@ -291,7 +372,7 @@ old)
 		fail "old_prog without the preload failed"
 	;;
 *)
-	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same ..."
+	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same|config ..."
 	exit 2
 	;;
 esac

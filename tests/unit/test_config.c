@@ -185,6 +185,23 @@ static void test_stats_at_destroy_count_hits(void **state)
 	assert_non_null(strstr(err, "fast_hits 2 "));
 }
 
+/* The library's side of "every variable means the same in the library and the preload"
+ * (tests/preload: config): GDRCACHE_STATS=off prints nothing, GDRCACHE_LOG=3 is info. */
+static void test_same_meaning_as_preload(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--destroy-stats", "GDRCACHE_STATS", "off", err, sizeof(err));
+	if (rc == 77)
+		skip();
+	assert_int_equal(rc, 0);
+	assert_null(strstr(err, "stats"));
+	assert_int_equal(child("--log-level", "GDRCACHE_LOG", "3", NULL, 0), GDR_LOG_INFO);
+	assert_int_equal(child("--log-level", "GDRCACHE_LOG", "info", NULL, 0), GDR_LOG_INFO);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -194,6 +211,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_malformed_refused),
 		cmocka_unit_test(test_unknown_name_warned),
 		cmocka_unit_test(test_stats_at_destroy_count_hits),
+		cmocka_unit_test(test_same_meaning_as_preload),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {
@@ -223,6 +241,8 @@ int main(int argc, char **argv)
 		}
 		return gdr_cache_destroy(c) ? 1 : 0;
 	}
+	if (argc > 1 && !strcmp(argv[1], "--log-level")) /* the level parsed, as the exit status */
+		return gdr_config_get()->bad ? 99 : gdr_config_get()->log_level;
 	if (argc > 1 && !strcmp(argv[1], "--typo")) {
 		struct gdr_cache *c;
 

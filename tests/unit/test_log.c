@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Logs never flood (lib/log.c): a call site prints its first GDR_LOG_BURST lines, then one per
  * GDR_LOG_INTERVAL_S seconds carrying the count of those suppressed; other sites are not held
- * back by a noisy one; debug lines are not limited. stderr goes to a file and is counted. */
+ * back by a noisy one; debug lines are not limited. stderr goes to a file and is counted.
+ * GDRCACHE_LOG_FILE: lines go to the file (%p: the pid, a child of fork gets its own), appended;
+ * one that cannot be opened is said once on stderr, where the lines then go. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -82,12 +85,131 @@ static void test_one_line_per_interval_with_the_count(void **state)
 	assert_int_equal(captured("991 more like this suppressed"), 1);
 }
 
-int main(void)
+/* Runs this program again as --child with GDRCACHE_LOG_FILE=file; its exit status (77: it cannot
+ * exec itself) and its stderr in err. */
+static int child(const char *file, char *err, size_t n)
+{
+	int p[2], status;
+	ssize_t r, total = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	if (!pid) {
+		dup2(p[1], 2);
+		setenv("GDRCACHE_LOG_FILE", file, 1);
+		setenv("GDRCACHE_LOG", "warn", 1);
+		execl("/proc/self/exe", "test_log", "--child", (char *)NULL);
+		_exit(77);
+	}
+	close(p[1]);
+	while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
+		total += r;
+	err[total] = '\0';
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77)
+		skip();
+	return WEXITSTATUS(status);
+}
+
+/* Lines in file containing needle (-1: no file). */
+static int lines_in(const char *file, const char *needle)
+{
+	char line[1024];
+	FILE *f = fopen(file, "r");
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+static void test_log_file(void **state)
+{
+	char dir[] = "/tmp/gdr_log_XXXXXX", tmpl[64], name[96], err[4096], cmd[96];
+	int pid, kid;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(tmpl, sizeof(tmpl), "%s/log.%%p", dir);
+	assert_int_equal(child(tmpl, err, sizeof(err)), 0);
+	assert_string_equal(err, ""); /* nothing on stderr */
+	snprintf(cmd, sizeof(cmd), "ls %s | wc -l", dir);
+	f = popen(cmd, "r");
+	assert_int_equal(fscanf(f, "%d", &pid), 1);
+	pclose(f);
+	assert_int_equal(pid, 2); /* the process's file and its fork child's */
+	snprintf(cmd, sizeof(cmd), "ls %s | sort -n -t. -k2 | head -1", dir);
+	f = popen(cmd, "r");
+	assert_int_equal(fscanf(f, "log.%d", &pid), 1);
+	pclose(f);
+	snprintf(name, sizeof(name), "%s/log.%d", dir, pid);
+	assert_int_equal(lines_in(name, "] "), 2);
+	assert_int_equal(lines_in(name, " error: to the file 1 (main:"), 1);
+	assert_int_equal(lines_in(name, " error: to the file 2 (main:"), 1);
+	/* The fork child's lines in the file of its own pid. */
+	snprintf(cmd, sizeof(cmd), "ls %s | grep -v 'log.%d$'", dir, pid);
+	f = popen(cmd, "r");
+	assert_int_equal(fscanf(f, "log.%d", &kid), 1);
+	pclose(f);
+	snprintf(name, sizeof(name), "%s/log.%d", dir, kid);
+	assert_int_equal(lines_in(name, " error: from the fork child ("), 1);
+	assert_int_equal(lines_in(name, "] "), 1);
+
+	/* Appended to: a fixed name, two runs, six lines (four of the parents, two of the children). */
+	snprintf(name, sizeof(name), "%s/fixed.log", dir);
+	assert_int_equal(child(name, err, sizeof(err)), 0);
+	assert_int_equal(child(name, err, sizeof(err)), 0);
+	assert_int_equal(lines_in(name, " error: "), 6);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* A file that cannot be opened: one warning on stderr, and the lines there. */
+static void test_log_file_unopenable(void **state)
+{
+	char err[4096];
+	const char *w;
+
+	(void)state;
+	assert_int_equal(child("/nonexistent/dir/log", err, sizeof(err)), 0);
+	w = strstr(err, "GDRCACHE_LOG_FILE=/nonexistent/dir/log cannot be opened");
+	assert_non_null(w);
+	assert_null(strstr(w + 50, "cannot be opened")); /* once */
+	assert_non_null(strstr(err, " error: to the file 1 ("));
+	assert_non_null(strstr(err, " error: to the file 2 ("));
+	assert_non_null(strstr(err, " error: from the fork child ("));
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_burst_then_quiet),
 		cmocka_unit_test(test_one_line_per_interval_with_the_count),
+		cmocka_unit_test(test_log_file),
+		cmocka_unit_test(test_log_file_unopenable),
 	};
 
+	if (argc > 1 && !strcmp(argv[1], "--child")) {
+		pid_t kid;
+		int status;
+
+		gdr_config_get(); /* reads GDRCACHE_LOG_FILE */
+		gdr_err("to the file %d", 1);
+		kid = fork();
+		if (!kid) {
+			gdr_err("from the fork child");
+			_exit(0);
+		}
+		waitpid(kid, &status, 0);
+		gdr_err("to the file %d", 2);
+		return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : 1;
+	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

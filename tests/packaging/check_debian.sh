@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The Debian packages, end to end (tests/run's packages stage; root):
+#   1. dpkg-buildpackage -b -us -uc on a copy of the tree (what git would commit, plus untracked
+#      files it does not ignore), in build/deb: libgdrcache0, libgdrcache-dev, gdrcache-dkms,
+#      gdrcache-tools; lintian on the result (errors fail; warnings are printed)
+#   2. a clean Debian 12 root (debootstrap minbase with a compiler, CMake, pkg-config,
+#      libibverbs-dev, DKMS and Debian's kernel headers), cached as build/deb-root-bookworm.tar.zst
+#   3. in it: the packages installed with dpkg; a consumer built with pkg-config and with CMake's
+#      find_package and run; the preload loaded; gdrcache_info --json parsed; the udev rule, the
+#      group, the modules-load entry and the manual pages in place; the module built with
+#      `dkms build -k` for the headers' kernel (the chroot's uname is the host's)
+# Exit 0 pass, 1 fail, 77 skip (Debian's archive unreachable). GDR_DEBIAN_MIRROR: another mirror.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=$ROOT/build/deb
+MIRROR=${GDR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+CACHE=$ROOT/build/deb-root-bookworm.tar.zst
+# What the root holds besides minbase (debootstrap resolves their dependencies).
+ROOT_PKGS=gcc,libc6-dev,make,cmake,pkgconf,libibverbs-dev,dkms,linux-headers-amd64,adduser,kmod
+v=$(cat "$ROOT/VERSION")
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+step() { echo "[deb] $* ($(($(date +%s) - t0)) s)"; }
+t0=$(date +%s)
+
+[[ $(dpkg --print-architecture) == amd64 ]] || { echo "skip: the root and headers are amd64's"; exit 77; }
+host=${MIRROR#*://}; host=${host%%/*}
+if ! timeout 20 bash -c "exec 3<>/dev/tcp/$host/80" 2>/dev/null; then
+	echo "skip: $MIRROR cannot be reached"
+	exit 77
+fi
+need=()
+for p in debhelper dh-dkms lintian debootstrap fakeroot zstd python3; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if ((${#need[@]})); then
+	step "installing ${need[*]}"
+	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends "${need[@]}" >/dev/null; }; then
+		echo "skip: cannot install ${need[*]} from Debian's archive"
+		exit 77
+	fi
+fi
+
+# ---- 1. build -------------------------------------------------------------------------------
+src=$OUT/src/gdrcache-$v
+umount "$OUT/root/proc" 2>/dev/null # left mounted by a run that was killed
+rm -rf --one-file-system "$OUT"
+mkdir -p "$src"
+if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+	(cd "$ROOT" && git ls-files -co --exclude-standard -z | grep -zv '^build/' |
+		xargs -0 cp -a --parents -t "$src" 2>/dev/null)
+else
+	tar -C "$ROOT" --exclude=./build --exclude=./.git -cf - . | tar -C "$src" -xf -
+fi
+step "dpkg-buildpackage -b"
+if ! (cd "$src" && dpkg-buildpackage -b -us -uc -j"$(nproc)") >"$OUT/build.log" 2>&1; then
+	tail -40 "$OUT/build.log"
+	fail "dpkg-buildpackage -b"
+	exit 1
+fi
+debs=("$OUT"/src/*.deb)
+for p in libgdrcache0 libgdrcache-dev gdrcache-dkms gdrcache-tools; do
+	ls "$OUT/src/${p}_${v}-"*.deb >/dev/null 2>&1 || fail "no $p package"
+done
+pass "dpkg-buildpackage -b: $(cd "$OUT/src" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')"
+step "lintian"
+lintian --fail-on error --tag-display-limit 0 "$OUT"/src/*.changes >"$OUT/lintian.log" 2>&1
+rc=$?
+sed 's/^/  lintian: /' "$OUT/lintian.log"
+((rc == 0)) && pass "lintian: no error" || fail "lintian reports errors"
+
+# ---- 2. the root ----------------------------------------------------------------------------
+rootfs=$OUT/root
+if [[ ! -s $CACHE || $(cat "$CACHE.pkgs" 2>/dev/null) != "$ROOT_PKGS" ]]; then
+	step "debootstrap bookworm (cached afterwards in ${CACHE#"$ROOT"/})"
+	rm -rf "$OUT/bootstrap"
+	if ! debootstrap --variant=minbase --include="$ROOT_PKGS" --cache-dir=/var/cache/apt/archives \
+		bookworm "$OUT/bootstrap" "$MIRROR" >"$OUT/debootstrap.log" 2>&1; then
+		tail -20 "$OUT/debootstrap.log"
+		echo "skip: debootstrap from $MIRROR failed"
+		exit 77
+	fi
+	tar -C "$OUT/bootstrap" -cf - . | zstd -q -T0 -3 -o "$CACHE.tmp" -f && mv "$CACHE.tmp" "$CACHE"
+	echo "$ROOT_PKGS" >"$CACHE.pkgs"
+	rm -rf "$OUT/bootstrap"
+fi
+step "a clean root from ${CACHE#"$ROOT"/}"
+mkdir -p "$rootfs"
+zstd -q -d -c "$CACHE" | tar -C "$rootfs" -xf -
+mount -t proc proc "$rootfs/proc"
+trap 'umount "$rootfs/proc" 2>/dev/null' EXIT
+mkdir -p "$rootfs/tmp/gdr"
+cp "${debs[@]}" "$rootfs/tmp/gdr/"
+cp -r "$ROOT/tests/packaging/consumer" "$rootfs/tmp/gdr/consumer"
+kver=$(cd "$rootfs/usr/src" && ls -d linux-headers-*-amd64 | sed 's/^linux-headers-//' | sort -V | tail -1)
+
+# ---- 3. inside it ---------------------------------------------------------------------------
+step "dpkg -i, consumers, gdrcache_info, dkms build -k $kver"
+cat >"$rootfs/tmp/gdr/inside.sh" <<'INSIDE'
+set -u
+v=$1 kver=$2
+cd /tmp/gdr
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+export GDRCACHE_KMOD_DEV=/nonexistent GDRCACHE_LOG=error
+# dkms's postinst builds for `uname -r`, whose headers are not here: it says so and goes on.
+if dpkg -i ./*.deb >dpkg.log 2>&1; then pass "dpkg -i of the four packages"; else cat dpkg.log; fail "dpkg -i"; fi
+[ "$(pkg-config --modversion gdrcache)" = "$v" ] && pass "pkg-config gdrcache: $v" || fail "pkg-config --modversion"
+# shellcheck disable=SC2046
+if cc -o pc_consumer consumer/main.c $(pkg-config --cflags --libs gdrcache) && ./pc_consumer; then
+	pass "a consumer built with pkg-config runs"
+else
+	fail "pkg-config consumer"
+fi
+if cmake -S consumer -B cm >cmake.log 2>&1 && cmake --build cm >>cmake.log 2>&1 && ./cm/consumer; then
+	pass "a consumer built with find_package(gdrcache) runs"
+else
+	cat cmake.log; fail "CMake consumer"
+fi
+lib=$(dpkg -L libgdrcache0 | grep '/libgdrcache-preload\.so$')
+env LD_PRELOAD="$lib" /bin/true && pass "LD_PRELOAD=$lib /bin/true" || fail "the preload does not load"
+gdrcache_info -c --json >info.json 2>info.err; echo $? >info.rc
+for f in /usr/lib/udev/rules.d/60-gdrcache.rules /usr/lib/modules-load.d/gdrcache.conf \
+	/usr/share/man/man7/gdrcache.7.gz /usr/share/man/man1/gdrcache_info.1.gz \
+	/usr/share/man/man3/gdr_reg.3.gz /usr/share/man/man3/gdr_region_keys.3.gz \
+	"/usr/src/gdrcache-$v/dkms.conf" "/usr/src/gdrcache-$v/kmod/Kbuild" \
+	"/usr/src/gdrcache-$v/include/gdrcache/uapi.h" "/usr/src/gdrcache-$v/VERSION"; do
+	[ -e "$f" ] || fail "$f missing"
+done
+getent group gdrcache >/dev/null && pass "the group gdrcache exists" || fail "no group gdrcache"
+dkms status | grep -q "^gdrcache/$v" && pass "dkms knows gdrcache/$v" || fail "dkms status: $(dkms status)"
+if dkms build -m gdrcache -v "$v" -k "$kver" >dkms.log 2>&1; then
+	ko=$(find "/var/lib/dkms/gdrcache/$v/$kver" -name 'gdrcache.ko*' | head -1)
+	if [ -n "$ko" ] && /sbin/modinfo -F vermagic "$ko" | grep -q "^$kver "; then
+		pass "dkms build -k $kver: $(basename "$ko"), vermagic $kver, version $(/sbin/modinfo -F version "$ko")"
+	else
+		fail "dkms build made no module for $kver"
+	fi
+else
+	tail -30 dkms.log; tail -30 "/var/lib/dkms/gdrcache/$v/build/make.log" 2>/dev/null
+	fail "dkms build -k $kver"
+fi
+exit $fails
+INSIDE
+chroot "$rootfs" /bin/bash /tmp/gdr/inside.sh "$v" "$kver"
+fails=$((fails + $?))
+rc=$(cat "$rootfs/tmp/gdr/info.rc" 2>/dev/null)
+if [[ $rc == 0 ]] && python3 - "$rootfs/tmp/gdr/info.json" "$v" <<'PY'; then
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["library"]["version"] == sys.argv[2], j["library"]
+assert j["config"]["GDRCACHE_LOG_FILE"]["default"] == "", j["config"]
+assert j["config"]["GDRCACHE_STATS"]["value"] == "0", j["config"]
+PY
+	pass "gdrcache_info -c --json in the root: valid JSON, version $v"
+else
+	cat "$rootfs/tmp/gdr/info.json" "$rootfs/tmp/gdr/info.err" 2>/dev/null | head -20
+	fail "gdrcache_info -c --json (exit $rc)"
+fi
+umount "$rootfs/proc"
+trap - EXIT
+step "done"
+((fails == 0)) || { echo "$fails check(s) failed (the root is kept in ${rootfs#"$ROOT"/})"; exit 1; }
+rm -rf --one-file-system "$rootfs"
+echo "all passed"
