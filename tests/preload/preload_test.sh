@@ -30,6 +30,9 @@
 #                           malformed value is refused with the library's message and passes
 #                           through; GDRCACHE_LOG_FILE takes the preload's lines too;
 #                           GDRCACHE_STATS_SIGNAL writes the preload's counters
+#   nocuda NOCUDA           a program that never loads the CUDA driver: 200 host registrations make
+#                           the loader search for libcuda.so.1 at most once (LD_DEBUG=libs), and
+#                           get libibverbs' own MRs
 #   same SAME               the same stdout (every call's outcome) and the same stderr with and without
 #                           the preload, over today's rdma-core and 44
 # Environment: GDRP_PRELOAD (the .so), GDRP_FAKEDIR / GDRP_FAKEDIR44 (the fake libibverbs'
@@ -238,6 +241,24 @@ newnodes)
 	[ -s "$tmp/err" ] && fail "new_prog wrote on stderr"
 	LD_PRELOAD="$GDRP_SAN_RT" LD_LIBRARY_PATH="$GDRP_FAKEDIR" "$new" --expect direct ||
 		fail "new_prog without the preload"
+	;;
+nocuda)
+	prog=$1
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" LD_DEBUG=libs "$prog" 200 \
+		>"$tmp/out" 2>"$tmp/dbg"
+	rc=$?
+	[ $rc -eq 77 ] && exit 77
+	n=$(grep -c 'find library=libcuda\.so\.1' "$tmp/dbg")
+	if [ $rc -eq 0 ] && grep -q '^200 host registrations$' "$tmp/out"; then
+		pass "200 host registrations under the preload, CUDA never loaded"
+	else
+		fail "the program failed (exit $rc)"
+	fi
+	if [ "$n" -le 1 ]; then
+		pass "the loader searched for libcuda.so.1 $n time(s) (at most once)"
+	else
+		fail "the loader searched for libcuda.so.1 $n times for 200 registrations"
+	fi
 	;;
 same)
 	same=$1
