@@ -4,10 +4,17 @@
  * events mode and in tag mode, the "check BUFFER_ID on every hit" baseline and UCX's ucs_rcache,
  * all pinning through the same callbacks (hit_sys.h).
  *
- *   latency     one thread: ns per registration + release of a cached 4 KiB range
- *   throughput  1, 2, 4, 8, 16 threads, aggregate hits per second, each thread on its own buffer
- *               ("own") and all threads on one buffer ("shared"); median of --reps runs
- *   miss        first registration of a new 1 MiB allocation (query, SYNC_MEMOPS, dma-buf export)
+ *   latency     one thread: ns per registration + release of a cached 4 KiB range: the same
+ *               buffer again, and a random one of 128 / 1024 / 4096 cached 1 MiB buffers at a
+ *               random 4 KiB offset, and of 1024 buffers of mixed sizes (4 KiB to 4 MiB); the mean
+ *               of a timed loop, and p50 / p99 of every operation timed alone (cycle counter)
+ *   throughput  1, 2, 4, 8, 16 threads, aggregate hits per second: each thread on its own buffer
+ *               ("own") and all threads on one buffer ("shared"); each thread a random one of its
+ *               own 128 buffers ("own-rand") and all threads a random one of 2048 shared
+ *               ("shared-rand"); median of --reps runs
+ *   miss        first registration of a new 1 MiB allocation (query, SYNC_MEMOPS, dma-buf export),
+ *               and its parts timed alone on fresh allocations: the query, the first SYNC_MEMOPS,
+ *               the dma-buf export + close; what is left is the cache's own work
  *   traces      hit rate (registrations that did not pin) and stale registrations handed out
  *               (checked against the driver's BUFFER_ID, outside the timed call) on:
  *               alloc-loop  a caching allocator's training loop: blocks reused, released by
@@ -17,6 +24,12 @@
  *                           reallocated every 50 iterations (mesh adaptation)
  *               churn       random sizes and sub-ranges, skewed, frees and new allocations; the
  *                           live set is about 4 times the cache limit
+ *               size-mix    allocations of 512 B to 64 MiB (log-uniform, small ones sharing
+ *                           pages), registered whole or by a sub-range, skewed reuse, frees
+ *               pytorch     a PyTorch caching allocator over a training loop: activations of
+ *                           mixed sizes carved from 2 MiB / 20 MiB blocks and larger segments,
+ *                           registered each step (forward and backward), empty_cache now and
+ *                           then; limits from the library's defaults (what a job gets)
  *
  * Usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] [--quick]
  * Needs a GPU (exits 77 without one). $GDRCACHE_LIBCUDA selects another libcuda (the fake driver
@@ -32,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,14 +92,76 @@ static void row(const char *metric, const char *system, const char *trace, int t
 		unit);
 }
 
+/* ---- buffer sets for random hits ----------------------------------------------------------- */
+
+/* n buffers (a power of two): a hit picks one at random and a random 4 KiB page of it. */
+struct bset {
+	uint64_t *addr;
+	uint32_t *pages;       /* its 4 KiB pages (at least 1) */
+	uint32_t *len;         /* what a hit registers: 4 KiB, or the whole buffer if smaller */
+	uint32_t n;
+};
+
+static inline uint64_t xs64(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* ---- cycle counter, for one operation timed alone ------------------------------------------ */
+
+#if defined(__x86_64__)
+static inline uint64_t cycles(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ __volatile__("lfence; rdtsc; lfence" : "=a"(lo), "=d"(hi)::"memory");
+	return (uint64_t)hi << 32 | lo;
+}
+#elif defined(__aarch64__)
+static inline uint64_t cycles(void)
+{
+	uint64_t v;
+
+	__asm__ __volatile__("isb; mrs %0, cntvct_el0; isb" : "=r"(v)::"memory");
+	return v;
+}
+#else
+static inline uint64_t cycles(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+#endif
+static double ns_per_cycle = 1.0;
+
+static void cycles_calibrate(void)
+{
+	double t0 = now(), t1;
+	uint64_t c0 = cycles(), c1;
+
+	do
+		t1 = now();
+	while (t1 - t0 < 0.05);
+	c1 = cycles();
+	ns_per_cycle = (t1 - t0) * 1e9 / (double)(c1 - c0);
+}
+
 /* ---- timed hit loops ---------------------------------------------------------------------- */
 
 struct worker {
 	pthread_t t;
 	struct sys *s;
 	uint64_t addr;
+	const struct bset *set;   /* random hits on it (NULL: addr every time) */
+	uint64_t seed;
 	int cpu;
 	uint64_t ops, errors;
+	uint32_t *lat;            /* not NULL: every operation timed, in cycles */
 };
 
 static atomic_int go, stop;
@@ -103,14 +179,97 @@ static atomic_int go, stop;
 		ops += BATCH;                                                                \
 	}
 
-/* Runs hits on w->addr until stop (limit 0) or for limit batches. */
+/* The same over random buffers of a set at random pages: the address is computed per hit. */
+#define RAND_LOOP(cond, GET, PUT)                                                            \
+	while (cond) {                                                                       \
+		for (int i_ = 0; i_ < BATCH; i_++) {                                         \
+			void *r_;                                                            \
+			uint64_t x_ = xs64(&x), k_ = x_ & mask;                              \
+			uint64_t addr = set->addr[k_] +                                      \
+				(((x_ >> 32) * set->pages[k_]) >> 32) * 4096;                \
+			size_t len = set->len[k_];                                           \
+			if (GET == 0)                                                        \
+				PUT;                                                         \
+			else                                                                 \
+				errors++;                                                    \
+		}                                                                            \
+		ops += BATCH;                                                                \
+	}
+
+/* Random hits, every one timed alone into w->lat (n of them). */
+static void hit_run_timed(struct worker *w, uint64_t n)
+{
+	const struct bset *set = w->set;
+	uint64_t x = w->seed, mask = set ? set->n - 1 : 0, errors = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t addr = w->addr, c0, c1;
+		size_t len = HIT_LEN;
+		void *r;
+
+		if (set) {
+			uint64_t v = xs64(&x), k = v & mask;
+
+			addr = set->addr[k] + (((v >> 32) * set->pages[k]) >> 32) * 4096;
+			len = set->len[k];
+		}
+		c0 = cycles();
+		if (sys_get(w->s, addr, len, &r) == 0)
+			sys_put(w->s, r);
+		else
+			errors++;
+		c1 = cycles();
+		w->lat[i] = (uint32_t)(c1 - c0 < UINT32_MAX ? c1 - c0 : UINT32_MAX);
+	}
+	w->seed = x;
+	w->errors = errors;
+}
+
+#define MORE (timed ? !atomic_load_explicit(&stop, memory_order_relaxed) : ops < limit * BATCH)
+
+/* Random hits of w->set until stop (limit 0) or for limit batches. */
+static void hit_run_rand(struct worker *w, uint64_t limit)
+{
+	void *p = w->s->p;
+	const struct bset *set = w->set;
+	uint64_t ops = 0, errors = 0, x = w->seed, mask = set->n - 1;
+	int timed = limit == 0;
+
+	switch (w->s->kind) {
+	case SYS_GDR_EVENTS:
+	case SYS_GDR_TAG: {
+		struct gdr_cache *c = gdrs_cache(p);
+
+		RAND_LOOP(MORE, gdr_reg(c, NULL, (void *)(uintptr_t)addr, len, 0,
+					(struct gdr_region **)&r_),
+			  gdr_dereg(r_));
+		break;
+	}
+	case SYS_TAGCHECK:
+		RAND_LOOP(MORE, tc_get(p, addr, len, &r_), tc_put(p, r_));
+		break;
+	case SYS_UCS:
+		RAND_LOOP(MORE, ucs_get(p, addr, len, &r_), ucs_put(p, r_));
+		break;
+	default:
+		break;
+	}
+	w->seed = x;
+	w->ops = ops;
+	w->errors = errors;
+}
+
+/* Runs hits on w->addr (or random ones of w->set) until stop (limit 0) or for limit batches. */
 static void hit_run(struct worker *w, uint64_t limit)
 {
 	void *p = w->s->p;
 	uint64_t addr = w->addr, ops = 0, errors = 0;
 	int timed = limit == 0;
-#define MORE (timed ? !atomic_load_explicit(&stop, memory_order_relaxed) : ops < limit * BATCH)
 
+	if (w->set) {
+		hit_run_rand(w, limit);
+		return;
+	}
 	switch (w->s->kind) {
 	case SYS_GDR_EVENTS:
 	case SYS_GDR_TAG: {
@@ -150,9 +309,10 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Aggregate hits/s of nthreads threads, each on bufs[i] or all on bufs[0]. */
+/* Aggregate hits/s of nthreads threads, each on bufs[i] or all on bufs[0]; with sets, thread i
+ * on random buffers of sets[i] (own) or all on sets[0] (shared). */
 static double throughput(struct sys *s, int nthreads, int shared, const uint64_t *bufs,
-			 double seconds, uint64_t *errors)
+			 const struct bset *sets, double seconds, uint64_t *errors)
 {
 	struct worker w[MAX_THREADS];
 	uint64_t total = 0;
@@ -162,6 +322,8 @@ static double throughput(struct sys *s, int nthreads, int shared, const uint64_t
 	atomic_store(&stop, 0);
 	for (int i = 0; i < nthreads; i++) {
 		w[i] = (struct worker){ .s = s, .addr = shared ? bufs[0] : bufs[i + 1],
+					.set = sets ? &sets[shared ? 0 : i] : NULL,
+					.seed = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1),
 					.cpu = (int)(i % ncpu) };
 		pthread_create(&w[i].t, NULL, worker_main, &w[i]);
 	}
@@ -179,12 +341,13 @@ static double throughput(struct sys *s, int nthreads, int shared, const uint64_t
 	return (double)total / (t1 - t0);
 }
 
-/* ns per hit (get + put) on the calling thread: median of reps runs of n hits. */
-static double latency(struct sys *s, uint64_t addr, int reps, uint64_t batches, double *best,
-		      uint64_t *errors)
+/* ns per hit (get + put) on the calling thread: median of reps runs of n hits (random ones of
+ * set if not NULL). */
+static double latency(struct sys *s, uint64_t addr, const struct bset *set, int reps,
+		      uint64_t batches, double *best, uint64_t *errors)
 {
 	double v[32];
-	struct worker w = { .s = s, .addr = addr };
+	struct worker w = { .s = s, .addr = addr, .set = set, .seed = 0x2545f4914f6cdd1dULL };
 
 	if (reps > 32)
 		reps = 32;
@@ -429,8 +592,207 @@ static void gen_churn(struct trace *t, int nops)
 		emit(t, OP_FREE, s, 0, 0);
 }
 
+/* 256 live allocations of 512 B to 64 MiB (log-uniform: small ones share pages, large ones are
+ * their own chunks; about 1.4 GiB live, 5-6 x the 256 MiB limit); registrations whole (a third) or
+ * of a random 4 KiB-aligned sub-range, allocations picked with a skew (u^2); 5% of the operations
+ * free one and allocate another of a new size in its place. */
+static void gen_size_mix(struct trace *t, int nops)
+{
+	enum { L = 256 };
+	uint64_t size[L];
+
+	t->name = "size-mix";
+	t->what = "allocations of 512 B to 64 MiB, whole and sub-range registrations, frees";
+	t->lim = (struct sys_limits){ 256 * MiB, 4096 };
+	for (int s = 0; s < L; s++) {
+		size[s] = (uint64_t)(512.0 * pow(2.0, 17.0 * rndu()));
+		emit(t, OP_ALLOC, s, size[s], 0);
+	}
+	for (int i = 0; i < nops; i++) {
+		double u = rndu();
+		uint32_t s = (uint32_t)(L * u * u);
+
+		if (rnd() % 100 < 5) {
+			emit(t, OP_FREE, s, 0, 0);
+			size[s] = (uint64_t)(512.0 * pow(2.0, 17.0 * rndu()));
+			emit(t, OP_ALLOC, s, size[s], 0);
+		} else if (rnd() % 3 == 0 || size[s] <= 4 * KiB) {
+			emit(t, OP_REG, s, 0, size[s]);
+		} else {
+			uint64_t off = (rnd() % (size[s] / (4 * KiB))) * 4 * KiB;
+			uint64_t len = 4 * KiB << (rnd() % 10);
+
+			if (len > size[s] - off)
+				len = size[s] - off;
+			emit(t, OP_REG, s, off, len);
+		}
+	}
+	for (uint32_t s = 0; s < L; s++)
+		emit(t, OP_FREE, s, 0, 0);
+}
+
+/* PyTorch's caching allocator (CUDACachingAllocator, simplified): requests up to 1 MiB are carved
+ * from 2 MiB segments, up to 10 MiB from 20 MiB segments, larger ones get a segment of their own
+ * rounded up to 2 MiB; freed blocks go back to the pool (merged with free neighbours), and only
+ * empty_cache() gives whole free segments back to the driver. A training loop over a 24-layer
+ * model: each step's forward pass allocates every layer's activations (sizes scaled by the step's
+ * sequence length, one of three) and registers each (a pipeline stage sending them, or saving them
+ * for a remote backward), the backward pass frees them in reverse; empty_cache() every 25 steps.
+ * About 4.4 GiB of activations a step: more than the old fixed default of 4 GiB. Limits: the
+ * library's defaults (what a job gets); the others unbounded. */
+struct pt_block { uint32_t seg; uint64_t off, size; int used; };
+struct pt_alloc {
+	struct trace *t;
+	struct pt_block *b;
+	uint32_t nb, cap, nseg;
+	uint64_t *seg_size;
+	uint32_t *seg_slot, next_slot;
+	int *seg_live;
+};
+
+static uint32_t pt_malloc(struct pt_alloc *pa, uint64_t size)
+{
+	uint64_t seg_size;
+	uint32_t best = UINT32_MAX;
+	int small = size <= MiB;
+
+	size = (size + 511) & ~511ULL; /* kMinBlockSize */
+	for (uint32_t i = 0; i < pa->nb; i++) {
+		struct pt_block *b = &pa->b[i];
+		int bsmall = pa->seg_size[b->seg] == 2 * MiB;
+
+		if (!b->used && b->size >= size && bsmall == small &&
+		    (best == UINT32_MAX || b->size < pa->b[best].size))
+			best = i;
+	}
+	if (best == UINT32_MAX) {
+		seg_size = small ? 2 * MiB : size <= 10 * MiB ? 20 * MiB :
+			(size + 2 * MiB - 1) & ~(2 * MiB - 1);
+		if (pa->nseg % 64 == 0) {
+			pa->seg_size = realloc(pa->seg_size, (pa->nseg + 64) * sizeof(*pa->seg_size));
+			pa->seg_slot = realloc(pa->seg_slot, (pa->nseg + 64) * sizeof(*pa->seg_slot));
+			pa->seg_live = realloc(pa->seg_live, (pa->nseg + 64) * sizeof(*pa->seg_live));
+		}
+		pa->seg_size[pa->nseg] = seg_size;
+		pa->seg_slot[pa->nseg] = pa->next_slot++;
+		pa->seg_live[pa->nseg] = 1;
+		emit(pa->t, OP_ALLOC, pa->seg_slot[pa->nseg], seg_size, 0);
+		if (pa->nb == pa->cap) {
+			pa->cap = pa->cap ? 2 * pa->cap : 256;
+			pa->b = realloc(pa->b, pa->cap * sizeof(*pa->b));
+		}
+		pa->b[pa->nb] = (struct pt_block){ pa->nseg, 0, seg_size, 0 };
+		best = pa->nb++;
+		pa->nseg++;
+	}
+	if (pa->b[best].size - size >= (small ? 512 : MiB)) { /* split off the rest */
+		if (pa->nb == pa->cap) {
+			pa->cap *= 2;
+			pa->b = realloc(pa->b, pa->cap * sizeof(*pa->b));
+		}
+		pa->b[pa->nb++] = (struct pt_block){ pa->b[best].seg, pa->b[best].off + size,
+						     pa->b[best].size - size, 0 };
+		pa->b[best].size = size;
+	}
+	pa->b[best].used = 1;
+	return best;
+}
+
+static void pt_free(struct pt_alloc *pa, uint32_t i)
+{
+	struct pt_block *b = &pa->b[i];
+
+	b->used = 0;
+	for (int merged = 1; merged;) { /* merge with free neighbours in its segment */
+		merged = 0;
+		for (uint32_t j = 0; j < pa->nb; j++) {
+			struct pt_block *o = &pa->b[j];
+
+			if (j == i || o->used || o->seg != b->seg || o->size == 0)
+				continue;
+			if (o->off + o->size == b->off || b->off + b->size == o->off) {
+				if (o->off < b->off)
+					b->off = o->off;
+				b->size += o->size;
+				o->size = 0;
+				merged = 1;
+			}
+		}
+	}
+}
+
+static void pt_empty_cache(struct pt_alloc *pa)
+{
+	uint32_t k = 0;
+
+	for (uint32_t sg = 0; sg < pa->nseg; sg++) {
+		int busy = 0, any = 0;
+
+		if (!pa->seg_live[sg])
+			continue;
+		for (uint32_t i = 0; i < pa->nb; i++)
+			if (pa->b[i].seg == sg && pa->b[i].size) {
+				any = 1;
+				busy |= pa->b[i].used;
+			}
+		if (!busy && any) {
+			emit(pa->t, OP_FREE, pa->seg_slot[sg], 0, 0);
+			pa->seg_live[sg] = 0;
+			for (uint32_t i = 0; i < pa->nb; i++)
+				if (pa->b[i].seg == sg)
+					pa->b[i].size = 0;
+		}
+	}
+	for (uint32_t i = 0; i < pa->nb; i++) /* compact */
+		if (pa->b[i].size)
+			pa->b[k++] = pa->b[i];
+	pa->nb = k;
+}
+
+static void gen_pytorch(struct trace *t, int steps)
+{
+	/* Per layer: sizes in units of the step's activation size A (16 MiB x seq / 2048). */
+	static const struct { uint32_t num, den; } layer[] = {
+		{ 3, 1 }, { 2, 1 }, { 1, 1 }, { 4, 1 }, { 4, 1 }, { 1, 1 }, { 1, 256 }, { 1, 64 },
+		{ 1, 1024 }, { 1, 8 },
+	};
+	enum { NL = sizeof(layer) / sizeof(layer[0]), LAYERS = 24 };
+	static const uint64_t seqs[] = { 1536, 2048, 2560 };
+	struct pt_alloc pa = { .t = t };
+	uint32_t act[LAYERS * NL];
+
+	t->name = "pytorch";
+	t->what = "caching allocator: 24 layers of activations a step, registered, freed, empty_cache";
+	t->lim = (struct sys_limits){ 0, 0 }; /* the library's defaults */
+	for (int s = 0; s < steps; s++) {
+		uint64_t A = 16 * MiB * seqs[rnd() % 3] / 2048;
+		int n = 0;
+
+		for (int l = 0; l < LAYERS; l++)
+			for (int k = 0; k < NL; k++) {
+				uint64_t size = A * layer[k].num / layer[k].den;
+				uint32_t b = pt_malloc(&pa, size);
+
+				act[n++] = b;
+				emit(t, OP_REG, pa.seg_slot[pa.b[b].seg], pa.b[b].off, size);
+			}
+		while (n > 0)
+			pt_free(&pa, act[--n]);
+		if ((s + 1) % 25 == 0)
+			pt_empty_cache(&pa);
+	}
+	for (uint32_t sg = 0; sg < pa.nseg; sg++)
+		if (pa.seg_live[sg])
+			emit(t, OP_FREE, pa.seg_slot[sg], 0, 0);
+	free(pa.b);
+	free(pa.seg_size);
+	free(pa.seg_slot);
+	free(pa.seg_live);
+}
+
 struct trace_result {
 	uint64_t requests, misses, wrong, not_covered, failed, reallocs_same_va, frees;
+	uint64_t peak_pinned;      /* bytes pinned at most, sampled after every registration */
 	double us_per_req;
 	char stats[512];
 };
@@ -516,6 +878,9 @@ static int run_trace(const struct trace *t, enum sys_kind kind, struct trace_res
 			if (addr < base || addr + o->b > base + len)
 				res->not_covered++;
 			sys_put(&s, r);
+			cur = sys_pinned(&s);
+			if (cur > res->peak_pinned)
+				res->peak_pinned = cur;
 			break;
 		}
 		}
@@ -540,7 +905,7 @@ static int run_trace(const struct trace *t, enum sys_kind kind, struct trace_res
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] "
-			"[--quick]\n");
+			"[--quick] [--latency-only] [--no-traces] [--traces-only] [--only SYSTEM]\n");
 	exit(2);
 }
 
@@ -551,17 +916,170 @@ static void usage(void)
 __attribute__((visibility("default"))) int bench_hit_main(int argc, char **argv);
 #endif
 
+/* ---- random sets, one-thread latency distribution, miss parts --------------------------------- */
+
+#define NRAND 4096           /* 1 MiB buffers for the random patterns */
+#define NMIXED 1024          /* mixed-size buffers */
+#define OWN_SET 128          /* buffers per thread, own-rand */
+#define SHARED_SET 2048      /* buffers shared by all threads, shared-rand */
+
+static void set_of(struct bset *b, const uint64_t *addr, const uint64_t *size, uint32_t n)
+{
+	b->n = n;
+	b->addr = malloc(n * sizeof(*b->addr));
+	b->pages = malloc(n * sizeof(*b->pages));
+	b->len = malloc(n * sizeof(*b->len));
+	if (!b->addr || !b->pages || !b->len) {
+		perror("malloc");
+		exit(1);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		b->addr[i] = addr[i];
+		b->pages[i] = size[i] >= 4096 ? (uint32_t)(size[i] / 4096) : 1;
+		b->len[i] = size[i] >= HIT_LEN ? HIT_LEN : (uint32_t)size[i];
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double timer_cycles; /* what cycles() around nothing reads (median) */
+
+static void timer_calibrate(void)
+{
+	enum { N = 10001 };
+	static uint32_t v[N];
+
+	for (int i = 0; i < N; i++) {
+		uint64_t c0 = cycles(), c1 = cycles();
+
+		v[i] = (uint32_t)(c1 - c0);
+	}
+	qsort(v, N, sizeof(v[0]), cmp_u32);
+	timer_cycles = v[N / 2];
+}
+
+/* p50 and p99 of n hits timed one by one, less the timer's own cost, in ns. */
+static void latency_dist(struct sys *s, uint64_t addr, const struct bset *set, uint64_t n,
+			 double *p50, double *p99, uint64_t *errors)
+{
+	uint32_t *lat = malloc(n * sizeof(*lat));
+	struct worker w = { .s = s, .addr = addr, .set = set, .seed = 0x5851f42d4c957f2dULL,
+			    .lat = lat };
+
+	*p50 = *p99 = 0;
+	if (!lat)
+		return;
+	hit_run_timed(&w, n / 4);
+	hit_run_timed(&w, n);
+	*errors += w.errors;
+	qsort(lat, n, sizeof(lat[0]), cmp_u32);
+	*p50 = (lat[n / 2] - timer_cycles) * ns_per_cycle;
+	*p99 = (lat[n * 99 / 100] - timer_cycles) * ns_per_cycle;
+	free(lat);
+}
+
+/* Raise the open-file limit: every pinned buffer holds a dma-buf fd in every system. */
+static void more_files(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* The parts of a miss, each timed alone on fresh 1 MiB allocations made beforehand, as the misses
+ * measured are (median of n, us). */
+static void miss_parts(int n, double *query, double *sync, double *export)
+{
+	double vq[64], vs[64], ve[64];
+	uint64_t p[64];
+	int m = 0;
+
+	if (n > 64)
+		n = 64;
+	for (int i = 0; i < n; i++)
+		if (hc.cuMemAlloc(&p[i], BUF_SIZE))
+			p[i] = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t base, len, id;
+		unsigned one = 1;
+		int fd = -1;
+		double t0, t1, t2, t3;
+
+		if (!p[i])
+			continue;
+		t0 = now();
+		hc_query(p[i], &base, &len, &id);
+		t1 = now();
+		hc.cuPointerSetAttribute(&one, HC_ATTR_SYNC_MEMOPS, p[i]);
+		t2 = now();
+		hc.cuMemGetHandleForAddressRange(&fd, base, (len + 65535) & ~65535ULL,
+						 HC_DMA_BUF_FD, 0);
+		t3 = now();
+		if (fd >= 0)
+			close(fd); /* a miss keeps it open: not part of a miss */
+		vq[m] = (t1 - t0) * 1e6;
+		vs[m] = (t2 - t1) * 1e6;
+		ve[m] = (t3 - t2) * 1e6;
+		m++;
+	}
+	for (int i = 0; i < n; i++)
+		if (p[i])
+			hc.cuMemFree(p[i]);
+	*query = median(vq, m);
+	*sync = median(vs, m);
+	*export = median(ve, m);
+}
+
+/* ns per random address the harness makes and reads (no registration): what every random
+ * pattern's figure includes besides the system. */
+static double harness_ns(const struct bset *set)
+{
+	uint64_t x = 0x2545f4914f6cdd1dULL, mask = set->n - 1, n = 1 << 24;
+	volatile uint64_t sink;
+	uint64_t acc = 0;
+	double t0 = now();
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t v = xs64(&x), k = v & mask;
+
+		acc += set->addr[k] + (((v >> 32) * set->pages[k]) >> 32) * 4096 + set->len[k];
+	}
+	sink = acc;
+	(void)sink;
+	return (now() - t0) / (double)n * 1e9;
+}
+
 int main(int argc, char **argv)
 {
-	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0;
+	enum { NPAT = 5 };
+	static const char *const pat_name[NPAT] = { "same", "rand128", "rand1024", "rand4096",
+						    "mixed1024" };
+	static const char *const tp_name[4] = { "own", "shared", "own-rand", "shared-rand" };
+	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0, latency_only = 0, no_traces = 0;
+	int traces_only = 0;
 	double secs = 0.25;
-	const char *csv_path = NULL;
+	const char *csv_path = NULL, *only = NULL;
 	char why[256];
 	uint64_t bufs[MAX_THREADS + 1];
 	struct sys sys[SYS_COUNT];
-	/* [system][threads index][own/shared] */
-	double tput[SYS_COUNT][8][2], lat[SYS_COUNT], lat_best[SYS_COUNT], miss_us[SYS_COUNT];
+	/* [system][threads index][own/shared/own-rand/shared-rand] */
+	double tput[SYS_COUNT][8][4], lat[SYS_COUNT][NPAT], lat_best[SYS_COUNT][NPAT];
+	double p50[SYS_COUNT][NPAT], p99[SYS_COUNT][NPAT], miss_us[SYS_COUNT];
+	double q_us, s_us, x_us;
 	uint64_t errors[SYS_COUNT] = { 0 };
+	uint64_t *rbuf, *rsize, *mbuf, *msize;
+	struct bset pat_set[NPAT], own_sets[MAX_THREADS], shared_set;
+	/* The hit runs cache ~5000 buffers: libgdrcache's limits are raised above that (its
+	 * defaults depend on the GPU); the baseline and ucs_rcache are unbounded by default. */
+	struct sys_limits big = { 1ULL << 40, 1u << 20 };
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -574,6 +1092,14 @@ int main(int argc, char **argv)
 			csv_path = argv[++i];
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--latency-only"))
+			latency_only = 1;
+		else if (!strcmp(argv[i], "--no-traces"))
+			no_traces = 1;
+		else if (!strcmp(argv[i], "--traces-only"))
+			traces_only = 1;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else
 			usage();
 	}
@@ -586,6 +1112,9 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	machine();
+	more_files();
+	cycles_calibrate();
+	timer_calibrate();
 	if (csv_path) {
 		csv = fopen(csv_path, "w");
 		if (!csv) {
@@ -605,100 +1134,201 @@ int main(int argc, char **argv)
 	       hc.driver, hc.cuda_version, ncpu, cpu_model);
 	if (hc.fake)
 		printf("# THE FAKE CUDA DRIVER ($GDRCACHE_LIBCUDA): a simulation, not a measurement\n");
-	printf("# registrations of %llu KiB at the start of %llu MiB buffers; %.2f s per point, "
-	       "median of %d; threads pinned to CPUs 0..n-1\n",
-	       HIT_LEN / KiB, BUF_SIZE / MiB, secs, reps);
+	printf("# registrations of %llu KiB at the start of %llu MiB buffers (same), or at a random "
+	       "4 KiB page of a random buffer of a set (rand*, mixed*); %.2f s per point, median of "
+	       "%d; threads pinned to CPUs 0..n-1; cycle counter %.3f ns, timer %.0f cycles\n",
+	       HIT_LEN / KiB, BUF_SIZE / MiB, secs, reps, ns_per_cycle, timer_cycles);
 
+	if (traces_only)
+		goto traces;
 	for (int i = 0; i <= maxt; i++)
 		if (hc.cuMemAlloc(&bufs[i], BUF_SIZE)) {
 			printf("bench_hit: cuMemAlloc failed\n");
 			return 1;
 		}
+	/* The random sets: NRAND 1 MiB buffers (rand<n> use the first n; thread i's own set is
+	 * [i * OWN_SET, (i + 1) * OWN_SET); shared-rand the first SHARED_SET), and NMIXED buffers of
+	 * 4 KiB to 4 MiB, log-uniform, allocated in random order (small ones share pages). */
+	rbuf = calloc(NRAND, sizeof(*rbuf));
+	rsize = calloc(NRAND, sizeof(*rsize));
+	mbuf = calloc(NMIXED, sizeof(*mbuf));
+	msize = calloc(NMIXED, sizeof(*msize));
+	rng_state = 0x6a09e667f3bcc909ULL;
+	for (int i = 0; i < NRAND; i++) {
+		rsize[i] = BUF_SIZE;
+		if (hc.cuMemAlloc(&rbuf[i], BUF_SIZE)) {
+			printf("bench_hit: cuMemAlloc failed (random set)\n");
+			return 1;
+		}
+	}
+	for (int i = 0; i < NMIXED; i++) {
+		msize[i] = 4 * KiB << (rnd() % 11);
+		if (hc.cuMemAlloc(&mbuf[i], msize[i])) {
+			printf("bench_hit: cuMemAlloc failed (mixed set)\n");
+			return 1;
+		}
+	}
+	set_of(&pat_set[1], rbuf, rsize, 128);
+	set_of(&pat_set[2], rbuf, rsize, 1024);
+	set_of(&pat_set[3], rbuf, rsize, NRAND);
+	set_of(&pat_set[4], mbuf, msize, NMIXED);
+	for (int i = 0; i < maxt; i++)
+		set_of(&own_sets[i], rbuf + (size_t)(i % (NRAND / OWN_SET)) * OWN_SET, rsize, OWN_SET);
+	set_of(&shared_set, rbuf, rsize, SHARED_SET);
+
 	printf("\nsystems:\n");
 	for (int k = 0; k < SYS_COUNT; k++) {
-		sys_open(&sys[k], (enum sys_kind)k, NULL);
+		if (only && strcmp(only, sys_names[k])) {
+			memset(&sys[k], 0, sizeof(sys[k]));
+			snprintf(sys[k].why, sizeof(sys[k].why), "left out (--only %s)", only);
+			continue;
+		}
+		sys_open(&sys[k], (enum sys_kind)k, k <= SYS_GDR_TAG ? &big : NULL);
 		printf("  %-11s %s%s\n", sys_names[k], sys[k].available ? "" : "UNAVAILABLE: ",
 		       sys[k].why);
 	}
 
-	/* Miss: the first registration of a new allocation (each system its own fresh ones). */
-	for (int k = 0; k < SYS_COUNT; k++) {
+	/* Miss: the first registration of a new allocation, each system its own fresh ones, the
+	 * systems taking turns (the first to touch fresh memory would pay for the others). */
+	{
 		enum { NM = 64 };
-		double v[NM];
-		uint64_t fresh[NM];
-		void *r[NM];
-		int n = 0;
+		static double v[SYS_COUNT][NM];
+		static uint64_t fresh[SYS_COUNT][NM];
+		static void *r[SYS_COUNT][NM];
+		int n[SYS_COUNT] = { 0 };
 
-		miss_us[k] = 0;
-		if (!sys[k].available)
-			continue;
+		for (int k = 0; k < SYS_COUNT; k++)
+			for (int i = 0; sys[k].available && i < NM; i++)
+				hc.cuMemAlloc(&fresh[k][i], BUF_SIZE);
 		for (int i = 0; i < NM; i++)
-			hc.cuMemAlloc(&fresh[i], BUF_SIZE);
-		for (int i = 0; i < NM; i++) {
-			double t0 = now();
+			for (int k = 0; k < SYS_COUNT; k++) {
+				double t0 = now();
 
-			if (sys_get(&sys[k], fresh[i], HIT_LEN, &r[i]) == 0) {
-				v[n++] = (now() - t0) * 1e6;
-			} else {
-				r[i] = NULL;
-				errors[k]++;
+				if (!sys[k].available)
+					continue;
+				if (sys_get(&sys[k], fresh[k][i], HIT_LEN, &r[k][i]) == 0) {
+					v[k][n[k]++] = (now() - t0) * 1e6;
+				} else {
+					r[k][i] = NULL;
+					errors[k]++;
+				}
 			}
+		for (int k = 0; k < SYS_COUNT; k++) {
+			for (int i = 0; sys[k].available && i < NM; i++) {
+				if (r[k][i])
+					sys_put(&sys[k], r[k][i]);
+				sys_freed(&sys[k], fresh[k][i], BUF_SIZE);
+				hc.cuMemFree(fresh[k][i]);
+			}
+			miss_us[k] = sys[k].available ? median(v[k], n[k]) : 0;
 		}
-		for (int i = 0; i < NM; i++) {
-			if (r[i])
-				sys_put(&sys[k], r[i]);
-			sys_freed(&sys[k], fresh[i], BUF_SIZE);
-			hc.cuMemFree(fresh[i]);
-		}
-		miss_us[k] = median(v, n);
 	}
+	miss_parts(64, &q_us, &s_us, &x_us);
 
-	/* Warm every buffer into every cache. */
-	for (int k = 0; k < SYS_COUNT; k++)
+	/* Warm every buffer into every cache, each registered whole (ucs_rcache pins what is asked:
+	 * a whole registration makes every later sub-range of the buffer a hit there too). */
+	for (int k = 0; k < SYS_COUNT; k++) {
+		void *r;
+
 		for (int i = 0; sys[k].available && i <= maxt; i++) {
-			void *r;
-
 			if (sys_get(&sys[k], bufs[i], HIT_LEN, &r) == 0)
 				sys_put(&sys[k], r);
 			else
 				errors[k]++;
 		}
+		for (int i = 0; sys[k].available && i < NRAND; i++) {
+			if (sys_get(&sys[k], rbuf[i], rsize[i], &r) == 0)
+				sys_put(&sys[k], r);
+			else
+				errors[k]++;
+		}
+		for (int i = 0; sys[k].available && i < NMIXED; i++) {
+			if (sys_get(&sys[k], mbuf[i], msize[i], &r) == 0)
+				sys_put(&sys[k], r);
+			else
+				errors[k]++;
+		}
+	}
 
-	printf("\nlatency, one thread (ns per registration + release of a cached range; median, "
-	       "best of %d):\n", quick ? 3 : 7);
+	printf("\nlatency, one thread, ns per registration + release of a cached range: mean of a "
+	       "timed loop (median of %d runs; best), and p50 / p99 of %d hits timed one by one:\n",
+	       quick ? 3 : 7, quick ? 20000 : 200000);
+	printf("  %-11s", "system");
+	for (int pi = 0; pi < NPAT; pi++)
+		printf(" %26s", pat_name[pi]);
+	printf("\n");
 	for (int k = 0; k < SYS_COUNT; k++) {
 		if (!sys[k].available)
 			continue;
-		lat[k] = latency(&sys[k], bufs[1], quick ? 3 : 7, quick ? 256 : 4096, &lat_best[k],
-				 &errors[k]);
-		printf("  %-11s %8.1f ns   (best %.1f)\n", sys_names[k], lat[k], lat_best[k]);
-		row("hit_latency", sys_names[k], NULL, 1, "own", lat[k], "ns");
-		row("hit_latency_best", sys_names[k], NULL, 1, "own", lat_best[k], "ns");
+		printf("  %-11s", sys_names[k]);
+		for (int pi = 0; pi < NPAT; pi++) {
+			const struct bset *set = pi ? &pat_set[pi] : NULL;
+			char cell[64];
+
+			lat[k][pi] = latency(&sys[k], bufs[1], set, quick ? 3 : 7, quick ? 256 : 4096,
+					     &lat_best[k][pi], &errors[k]);
+			latency_dist(&sys[k], bufs[1], set, quick ? 20000 : 200000, &p50[k][pi],
+				     &p99[k][pi], &errors[k]);
+			snprintf(cell, sizeof(cell), "%.1f (%.1f) %.0f/%.0f", lat[k][pi],
+				 lat_best[k][pi], p50[k][pi], p99[k][pi]);
+			printf(" %26s", cell);
+			row("hit_latency", sys_names[k], NULL, 1, pat_name[pi], lat[k][pi], "ns");
+			row("hit_latency_best", sys_names[k], NULL, 1, pat_name[pi], lat_best[k][pi],
+			    "ns");
+			row("hit_latency_p50", sys_names[k], NULL, 1, pat_name[pi], p50[k][pi], "ns");
+			row("hit_latency_p99", sys_names[k], NULL, 1, pat_name[pi], p99[k][pi], "ns");
+		}
+		printf("\n");
 	}
+	printf("  (cell: mean (best) p50/p99; p50/p99 less the timer's %.0f cycles)\n",
+	       timer_cycles);
+	printf("  harness alone (a random address made and its set read, no registration): "
+	       "%.1f ns (rand4096)\n", harness_ns(&pat_set[3]));
+	if (latency_only)
+		return 0;
 	printf("\nmiss, first registration of a new %llu MiB allocation (median of 64):\n",
 	       BUF_SIZE / MiB);
 	for (int k = 0; k < SYS_COUNT; k++)
 		if (sys[k].available) {
-			printf("  %-11s %8.1f us\n", sys_names[k], miss_us[k]);
+			printf("  %-11s %8.1f us", sys_names[k], miss_us[k]);
+			if (sys[SYS_TAGCHECK].available && k != SYS_TAGCHECK)
+				printf("   (%+.1f us against tagcheck)",
+				       miss_us[k] - miss_us[SYS_TAGCHECK]);
+			printf("\n");
 			row("miss", sys_names[k], NULL, 1, "new", miss_us[k], "us");
 		}
+	printf("  its parts, timed alone on fresh allocations: query %.2f us, first SYNC_MEMOPS "
+	       "%.2f us, dma-buf export %.2f us (sum %.2f us)\n", q_us, s_us, x_us,
+	       q_us + s_us + x_us);
+	for (int k = 0; k < SYS_COUNT; k++)
+		if (sys[k].available)
+			printf("  %-11s own work (miss less the parts): %.2f us\n", sys_names[k],
+			       miss_us[k] - (q_us + s_us + x_us));
+	row("miss_part", "driver", NULL, 1, "query", q_us, "us");
+	row("miss_part", "driver", NULL, 1, "sync_memops", s_us, "us");
+	row("miss_part", "driver", NULL, 1, "dmabuf_export", x_us, "us");
 
 	/* Throughput: thread counts outermost, systems interleaved, repeated. */
 	for (int ti = 0; ti < ncounts; ti++)
-		for (int sh = 0; sh < 2; sh++) {
+		for (int m = 0; m < 4; m++) {
 			double v[SYS_COUNT][16];
+			const struct bset *sets = m == 2 ? own_sets : m == 3 ? &shared_set : NULL;
 
 			for (int rep = 0; rep < reps; rep++)
 				for (int k = 0; k < SYS_COUNT; k++)
 					if (sys[k].available)
-						v[k][rep] = throughput(&sys[k], counts[ti], sh, bufs,
-								       secs, &errors[k]);
+						v[k][rep] = throughput(&sys[k], counts[ti], m & 1,
+								       bufs, sets, secs, &errors[k]);
 			for (int k = 0; k < SYS_COUNT; k++)
-				tput[k][ti][sh] = sys[k].available ? median(v[k], reps) : 0;
+				tput[k][ti][m] = sys[k].available ? median(v[k], reps) : 0;
 		}
-	for (int sh = 0; sh < 2; sh++) {
-		printf("\nhit throughput, %s, aggregate M hits/s (ns per hit per thread):\n",
-		       sh ? "one buffer shared by all threads" : "own buffer per thread");
+	for (int m = 0; m < 4; m++) {
+		static const char *const what[4] = {
+			"own buffer per thread", "one buffer shared by all threads",
+			"each thread a random one of its own 128 buffers, random 4 KiB page",
+			"all threads a random one of 2048 shared buffers, random 4 KiB page" };
+
+		printf("\nhit throughput, %s, aggregate M hits/s (ns per hit per thread):\n", what[m]);
 		printf("  %-8s", "threads");
 		for (int k = 0; k < SYS_COUNT; k++)
 			if (sys[k].available)
@@ -707,19 +1337,19 @@ int main(int argc, char **argv)
 		for (int ti = 0; ti < ncounts; ti++) {
 			printf("  %-8d", counts[ti]);
 			for (int k = 0; k < SYS_COUNT; k++) {
-				double r = tput[k][ti][sh];
+				double r = tput[k][ti][m];
 
 				if (!sys[k].available)
 					continue;
 				printf(" %12.2f (%7.1f ns)", r / 1e6, r > 0 ? counts[ti] / r * 1e9 : 0);
-				row("hit_throughput", sys_names[k], NULL, counts[ti],
-				    sh ? "shared" : "own", r / 1e6, "Mops");
+				row("hit_throughput", sys_names[k], NULL, counts[ti], tp_name[m],
+				    r / 1e6, "Mops");
 			}
 			printf("\n");
 		}
 	}
 
-	/* Ratios the goals are stated in. */
+	/* Ratios the issues' goals are stated in. */
 	printf("\nratios (same run):\n");
 	for (int k = SYS_GDR_EVENTS; k <= SYS_GDR_TAG; k++) {
 		int last = ncounts - 1;
@@ -728,35 +1358,41 @@ int main(int argc, char **argv)
 			printf("  %-11s unavailable: %s\n", sys_names[k], sys[k].why);
 			continue;
 		}
-		printf("  %-11s 1-thread hit %.1f ns (goal <= 25 ns)\n", sys_names[k], lat[k]);
+		printf("  %-11s 1-thread hit, same buffer %.1f ns (goal <= 15 ns); random of 128 / "
+		       "1024 / 4096 %.1f / %.1f / %.1f ns, mixed sizes %.1f ns (goal <= 20 ns)\n",
+		       sys_names[k], lat[k][0], lat[k][1], lat[k][2], lat[k][3], lat[k][4]);
+		printf("  %-11s %d threads: own random %.1f M hits/s (goal >= 300), shared random "
+		       "%.1f M hits/s: own / shared = %.2f (goal <= 1.5)\n", sys_names[k],
+		       counts[last], tput[k][last][2] / 1e6, tput[k][last][3] / 1e6,
+		       tput[k][last][3] > 0 ? tput[k][last][2] / tput[k][last][3] : 0);
 		if (sys[SYS_TAGCHECK].available)
-			for (int sh = 0; sh < 2; sh++) {
-				double b = tput[SYS_TAGCHECK][last][sh];
-				double q = b > 0 ? tput[k][last][sh] / b : 0;
+			for (int m = 0; m < 4; m++) {
+				double b = tput[SYS_TAGCHECK][last][m];
+				double q = b > 0 ? tput[k][last][m] / b : 0;
 
-				printf("  %-11s %d threads, %s: %.1f x tagcheck (goal >= %d x)\n",
-				       sys_names[k], counts[last], sh ? "shared buffer" : "own buffers",
-				       q, sh ? 10 : 50);
-				row("ratio_vs_tagcheck", sys_names[k], NULL, counts[last],
-				    sh ? "shared" : "own", q, "x");
+				printf("  %-11s %d threads, %s: %.1f x tagcheck\n", sys_names[k],
+				       counts[last], tp_name[m], q);
+				row("ratio_vs_tagcheck", sys_names[k], NULL, counts[last], tp_name[m], q,
+				    "x");
 			}
 		if (sys[SYS_UCS].available) {
-			for (int sh = 0; sh < 2; sh++) {
-				printf("  %-11s vs ucs-rcache, %-6s (threads:ratio):", sys_names[k],
-				       sh ? "shared" : "own");
+			for (int m = 0; m < 4; m++) {
+				printf("  %-11s vs ucs-rcache, %-11s (threads:ratio):", sys_names[k],
+				       tp_name[m]);
 				for (int ti = 0; ti < ncounts; ti++) {
-					double b = tput[SYS_UCS][ti][sh];
-					double q = b > 0 ? tput[k][ti][sh] / b : 0;
+					double b = tput[SYS_UCS][ti][m];
+					double q = b > 0 ? tput[k][ti][m] / b : 0;
 
 					printf(" %d:%.2fx", counts[ti], q);
-					row("ratio_vs_ucs", sys_names[k], NULL, counts[ti],
-					    sh ? "shared" : "own", q, "x");
+					row("ratio_vs_ucs", sys_names[k], NULL, counts[ti], tp_name[m], q,
+					    "x");
 				}
-				printf("  (goal > 1 x at every count)\n");
+				printf("\n");
 			}
-			if (lat[SYS_UCS] > 0)
-				printf("  %-11s 1-thread latency vs ucs-rcache: %.2f x faster\n",
-				       sys_names[k], lat[SYS_UCS] / lat[k]);
+			if (lat[SYS_UCS][0] > 0)
+				printf("  %-11s 1-thread latency vs ucs-rcache: %.2f x faster (same), "
+				       "%.2f x (rand1024)\n", sys_names[k], lat[SYS_UCS][0] / lat[k][0],
+				       lat[SYS_UCS][2] / lat[k][2]);
 		}
 	}
 	for (int k = 0; k < SYS_COUNT; k++) {
@@ -771,10 +1407,15 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i <= maxt; i++)
 		hc.cuMemFree(bufs[i]);
+	for (int i = 0; i < NRAND; i++)
+		hc.cuMemFree(rbuf[i]);
+	for (int i = 0; i < NMIXED; i++)
+		hc.cuMemFree(mbuf[i]);
 
 	/* Traces: the same operations for every system, each on a fresh cache. */
-	{
-		struct trace tr[3];
+traces:
+	if (!no_traces) {
+		struct trace tr[5];
 
 		memset(tr, 0, sizeof(tr));
 		rng_state = 0x9e3779b97f4a7c15ULL;
@@ -783,26 +1424,39 @@ int main(int argc, char **argv)
 		gen_halo(&tr[1], quick ? 20 : 200);
 		rng_state = 0x5851f42d4c957f2dULL;
 		gen_churn(&tr[2], quick ? 1000 : 12000);
-		for (int i = 0; i < 3; i++) {
-			printf("\ntrace %s: %s; cache limit %" PRIu64 " MiB, %" PRIu64 " entries\n",
-			       tr[i].name, tr[i].what, (uint64_t)(tr[i].lim.max_bytes / MiB),
-			       tr[i].lim.max_entries);
-			printf("  %-11s %9s %8s %9s %8s %6s %6s %8s %10s\n", "system", "requests",
+		rng_state = 0x1f83d9abfb41bd6bULL;
+		gen_size_mix(&tr[3], quick ? 2000 : 12000);
+		rng_state = 0x5be0cd19137e2179ULL;
+		gen_pytorch(&tr[4], quick ? 30 : 120);
+		for (int i = 0; i < 5; i++) {
+			if (tr[i].lim.max_bytes)
+				printf("\ntrace %s: %s; cache limit %" PRIu64 " MiB, %" PRIu64
+				       " entries\n", tr[i].name, tr[i].what,
+				       (uint64_t)(tr[i].lim.max_bytes / MiB), tr[i].lim.max_entries);
+			else
+				printf("\ntrace %s: %s; libgdrcache's default limits (its info line "
+				       "says what they resolve to), the others unbounded\n", tr[i].name,
+				       tr[i].what);
+			printf("  %-11s %9s %8s %9s %8s %6s %6s %8s %10s %9s\n", "system", "requests",
 			       "misses", "hit rate", "us/req", "stale", "short", "failed",
-			       "same-VA");
+			       "same-VA", "peak MiB");
 			for (int k = 0; k < SYS_COUNT; k++) {
 				struct trace_result r;
 
+				if (only && strcmp(only, sys_names[k]))
+					continue;
 				if (run_trace(&tr[i], (enum sys_kind)k, &r)) {
 					printf("  %-11s unavailable: %s\n", sys_names[k], r.stats);
 					continue;
 				}
 				printf("  %-11s %9" PRIu64 " %8" PRIu64 " %8.2f%% %8.2f %6" PRIu64
-				       " %6" PRIu64 " %8" PRIu64 " %10" PRIu64 "\n",
+				       " %6" PRIu64 " %8" PRIu64 " %10" PRIu64 " %9" PRIu64 "\n",
 				       sys_names[k], r.requests, r.misses,
 				       r.requests ? 100.0 * (1.0 - (double)r.misses / r.requests) : 0,
 				       r.us_per_req, r.wrong, r.not_covered, r.failed,
-				       r.reallocs_same_va);
+				       r.reallocs_same_va, r.peak_pinned >> 20);
+				row("trace_peak_pinned", sys_names[k], tr[i].name, 1, "",
+				    (double)(r.peak_pinned >> 20), "MiB");
 				printf("  %-11s   %s\n", "", r.stats);
 				row("trace_hit_rate", sys_names[k], tr[i].name, 1, "",
 				    r.requests ? 1.0 - (double)r.misses / r.requests : 0, "fraction");
@@ -822,7 +1476,8 @@ int main(int argc, char **argv)
 		}
 		printf("\n(stale: registrations whose BUFFER_ID is not the address's current one, "
 		       "checked outside the timed call; short: range not covering the request; "
-		       "same-VA: allocations that came back at a VA registered before its free)\n");
+		       "same-VA: allocations that came back at a VA registered before its free; "
+		       "peak MiB: bytes pinned at most, against the limit)\n");
 	}
 	if (csv)
 		fclose(csv);

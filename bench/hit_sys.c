@@ -100,6 +100,14 @@ uint64_t gdrs_misses(void *p)
 	return s.misses;
 }
 
+uint64_t gdrs_pinned(void *p)
+{
+	struct gdr_cache_stats s;
+
+	gdr_cache_get_stats(((struct gdrs *)p)->c, &s);
+	return s.pinned_bytes;
+}
+
 void gdrs_describe(void *p, char *buf, size_t len)
 {
 	static const char *const modes[] = { "tag", "events", "auto" };
@@ -196,6 +204,17 @@ uint64_t sys_misses(struct sys *s)
 	case SYS_GDR_TAG: return gdrs_misses(s->p);
 	case SYS_TAGCHECK: return tc_misses(s->p);
 	case SYS_UCS: return ucs_misses(s->p);
+	default: return 0;
+	}
+}
+
+uint64_t sys_pinned(struct sys *s)
+{
+	switch (s->kind) {
+	case SYS_GDR_EVENTS:
+	case SYS_GDR_TAG: return gdrs_pinned(s->p);
+	case SYS_TAGCHECK: return tc_pinned(s->p);
+	case SYS_UCS: return ucs_pinned(s->p);
 	default: return 0;
 	}
 }

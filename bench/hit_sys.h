@@ -50,6 +50,8 @@ extern uint64_t hit_clock;
 void sys_freed(struct sys *s, uint64_t addr, size_t len);
 /* Registrations that had to pin, so far. */
 uint64_t sys_misses(struct sys *s);
+/* Bytes pinned now (held or not). */
+uint64_t sys_pinned(struct sys *s);
 /* One line on the system's own counters. */
 void sys_describe(struct sys *s, char *buf, size_t len);
 
@@ -61,6 +63,7 @@ void gdrs_put(void *p, void *reg);
 void gdrs_close(void *p);
 void gdrs_info(void *p, void *reg, uint64_t *id, uint64_t *seq, uint64_t *base, uint64_t *len);
 uint64_t gdrs_misses(void *p);
+uint64_t gdrs_pinned(void *p);
 void gdrs_describe(void *p, char *buf, size_t len);
 
 int tc_open(struct sys *s, const struct sys_limits *lim);
@@ -69,6 +72,7 @@ void tc_put(void *p, void *reg);
 void tc_close(void *p);
 void tc_info(void *p, void *reg, uint64_t *id, uint64_t *seq, uint64_t *base, uint64_t *len);
 uint64_t tc_misses(void *p);
+uint64_t tc_pinned(void *p);
 void tc_describe(void *p, char *buf, size_t len);
 
 int ucs_open(struct sys *s, const struct sys_limits *lim);
@@ -78,6 +82,7 @@ void ucs_close(void *p);
 void ucs_info(void *p, void *reg, uint64_t *id, uint64_t *seq, uint64_t *base, uint64_t *len);
 void ucs_freed(void *p, uint64_t addr, size_t len);
 uint64_t ucs_misses(void *p);
+uint64_t ucs_pinned(void *p);
 void ucs_describe(void *p, char *buf, size_t len);
 
 #endif

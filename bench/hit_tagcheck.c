@@ -197,6 +197,11 @@ uint64_t tc_misses(void *p)
 	return ((struct tc *)p)->misses;
 }
 
+uint64_t tc_pinned(void *p)
+{
+	return ((struct tc *)p)->pinned_bytes;
+}
+
 void tc_describe(void *p, char *buf, size_t len)
 {
 	struct tc *t = p;

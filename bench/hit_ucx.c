@@ -31,6 +31,7 @@ void ucm_event_dispatch(ucm_event_type_t event_type, ucm_event_t *event);
 struct ucs_reg {
 	ucs_rcache_region_t super;
 	int fd;
+	uint64_t bytes;     /* pinned (0: the pin failed) */
 	uint64_t seq;       /* hit_clock when pinned: ucs_rcache keeps no BUFFER_ID, so bench_hit
 			       proves a region fresh by its allocation being older than the pin */
 };
@@ -38,6 +39,7 @@ struct ucs_reg {
 struct ucs {
 	ucs_rcache_t *rc;
 	uint64_t misses, fail_pin, freed;
+	uint64_t pinned, peak;  /* bytes pinned now, and at most (does it keep to max_size?) */
 };
 
 static ucs_status_t ucs_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
@@ -54,16 +56,21 @@ static ucs_status_t ucs_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
 	if (hc_pin(start, end - start, &r->fd)) {
 		u->fail_pin++;
 		r->fd = -1;
+		r->bytes = 0;
 		return UCS_ERR_IO_ERROR;
 	}
+	r->bytes = end - start;
+	u->pinned += r->bytes;
+	if (u->pinned > u->peak)
+		u->peak = u->pinned;
 	u->misses++;
 	return UCS_OK;
 }
 
 static void ucs_mem_dereg(void *context, ucs_rcache_t *rcache, ucs_rcache_region_t *region)
 {
-	(void)context;
 	(void)rcache;
+	((struct ucs *)context)->pinned -= ((struct ucs_reg *)region)->bytes;
 	hc_unpin(((struct ucs_reg *)region)->fd);
 }
 
@@ -163,12 +170,18 @@ uint64_t ucs_misses(void *p)
 	return ((struct ucs *)p)->misses;
 }
 
+uint64_t ucs_pinned(void *p)
+{
+	return ((struct ucs *)p)->pinned;
+}
+
 void ucs_describe(void *p, char *buf, size_t len)
 {
 	struct ucs *u = p;
 
-	snprintf(buf, len, "pins %" PRIu64 ", failed pins %" PRIu64 ", free events raised %" PRIu64,
-		 u->misses, u->fail_pin, u->freed);
+	snprintf(buf, len, "pins %" PRIu64 ", failed pins %" PRIu64 ", free events raised %" PRIu64
+		 ", pinned %" PRIu64 " MiB (peak %" PRIu64 " MiB)", u->misses, u->fail_pin, u->freed,
+		 u->pinned >> 20, u->peak >> 20);
 }
 
 void ucs_close(void *p)
@@ -194,6 +207,7 @@ void ucs_close(void *p) {}
 void ucs_info(void *p, void *reg, uint64_t *id, uint64_t *seq, uint64_t *base, uint64_t *len) {}
 void ucs_freed(void *p, uint64_t addr, size_t len) {}
 uint64_t ucs_misses(void *p) { return 0; }
+uint64_t ucs_pinned(void *p) { return 0; }
 void ucs_describe(void *p, char *buf, size_t len) { snprintf(buf, len, "not built"); }
 
 #endif

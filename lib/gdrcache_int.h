@@ -219,36 +219,43 @@ const struct gdr_validator_ops *gdr_validator_for(int mode);
 
 /* ---- cache.c ----------------------------------------------------------------------------------- */
 struct gdr_entry;
-#define GDR_REGION_LIVE 0x6764726c69766521ULL
-#define GDR_REGION_DEAD 0x6764726465616421ULL
+#define GDR_REGION_LIVE 0x6c697665u  /* "live" */
+#define GDR_REGION_DEAD 0x64656164u  /* "dead" */
 /* State of an entry or a record, read by the lock-free hit path (__atomic). */
 enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 
 /* A registration record: what gdr_reg hands out, shared by every registration of one allocation
- * of an entry for one (pd, access). Immutable while published, except state. Held through the
- * per-thread counters at `slot` (thread.c) plus `released`. Records are never given back to malloc
- * while their cache lives: a retired record is marked DEAD and reused, with its slot, only after
- * GDR_REUSE_DELAY others were retired after it (cache.c), so a late gdr_dereg of a released region
- * reads a record, never freed memory. */
+ * of an entry for one (pd, access). Immutable while published, but for state, estate and used.
+ * Held through the per-thread counters at `slot` (thread.c) plus `released`. Records are never
+ * given back to malloc while their cache lives: a retired record is marked DEAD and reused, with
+ * its slot, only after GDR_REUSE_DELAY others were retired after it (cache.c), so a late gdr_dereg
+ * of a released region reads a record, never freed memory. The first 64 bytes are what a hit and a release read (one
+ * cache line: records are 64-byte aligned); the rest is read under the lock. */
 struct gdr_region {
-	uint64_t magic;            /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
+	uint32_t magic;            /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
+	uint32_t state;            /* GDR_LIVE, or GDR_DYING while being retired */
 	struct gdr_cache *cache;   /* the record's cache, for its whole life */
 	struct gdr_entry *entry;   /* NULL: host memory passed through */
 	struct ibv_pd *pd;
+	uint64_t start, size;      /* the allocation it serves, within its entry's range (requests
+				      inside it hit lock-free); for an exact record, exactly the range
+				      registered */
 	int access;
 	uint32_t slot;             /* hold counters; also the record's number in its cache */
-	uint32_t state;            /* GDR_LIVE, or GDR_DYING while being retired */
-	uint32_t refs;             /* host records only: 1 while held */
+	uint8_t exact;             /* owns an MR of exactly [start, start+size) (remote access) */
+	uint8_t kind;
+	uint8_t estate;            /* its entry's state, mirrored here (cache.c: entry_set_state) so
+				      that a hit reads no line of the entry */
+	uint8_t used;              /* taken lock-free since the evictor last looked at its entry */
+	/* ---- second line ---- */
+	struct gdr_region *next __attribute__((aligned(64))); /* in the entry's list (published with
+								release: lookups walk it) */
+	struct gdr_region *defer;  /* retired: waiting for a grace period, then in the reuse queue */
+	struct ibv_mr *mr;
+	uint64_t buffer_id;        /* of that allocation */
 	int64_t released;          /* holds given back under the lock (by a thread with no hold of
 				      its own on it); read and written under the lock only */
-	struct ibv_mr *mr;
-	uint64_t start, size;      /* the allocation it serves (requests inside it hit lock-free); for
-				      an exact record, exactly the range registered */
-	uint8_t exact;             /* owns an MR of exactly [start, start+size) (remote access) */
-	uint64_t buffer_id;        /* of that allocation */
-	uint8_t kind;
-	struct gdr_region *next;   /* in the entry's list (published with release: lookups walk it) */
-	struct gdr_region *defer;  /* retired: waiting for a grace period, then in the reuse queue */
+	uint32_t refs;             /* host records only: 1 while held */
 };
 
 /* One NIC memory region of an entry, per (pd, access), shared by its region records. */
@@ -260,59 +267,107 @@ struct gdr_mrec {
 };
 
 struct gdr_entry {
+	/* What a hit reads, in the first line (entries are 64-byte aligned). */
 	uint64_t base, len;        /* == pin.base/len */
+	struct gdr_region *regions;
 	uint32_t state;            /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
-	uint32_t used;             /* taken since the evictor last looked (CLOCK second chance) */
+	uint32_t used;             /* taken under the lock since the evictor last looked (CLOCK
+				      second chance; a lock-free hit marks its record's instead) */
+	struct gdr_pin pin;        /* pin.be: read by a hit where the backend may revoke */
 	uint32_t ntags, tags_cap;
 	uint32_t nexact;           /* exact records (remote-access MRs of one range each) */
-	struct gdr_tag *tags;      /* sorted by start, non-overlapping (under the lock only) */
-	struct gdr_pin pin;
-	struct gdr_region *regions;
+	struct gdr_tag *tags;      /* sorted by start, non-overlapping (under the lock only); the
+				      first one in tag0 while there is only one */
+	struct gdr_tag tag0;
 	struct gdr_mrec *mrecs;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;   /* retired, freed after the next grace period */
 };
 
-/* index.c: the non-overlapping cached entries, sorted by base (under the lock), and the read-only
- * snapshot of it that lock-free lookups search. */
+/* index.c: the non-overlapping cached entries, sorted by base (under the lock), and a hash of the
+ * registration records of those entries, which the lock-free hit path searches in O(1), changed in
+ * place under the lock.
+ *
+ * The hash: a record [start, start+size) is put in level k (granule 2^(12+3k): 4 KiB, 32 KiB,
+ * 256 KiB, 2 MiB, ... 512 GiB), the smallest whose granule is at least half its size, once for
+ * every granule it touches (one to three). A slot holds the key (granule, level) and a word: the
+ * record's address and the part of the granule it covers, in 512ths (so that a lookup reads only a
+ * record that may hold the address, where several records share a granule). A lookup of an
+ * address probes, for each level that holds records (most populated first), its key: open
+ * addressing, linear probing, 16-byte slots, at most half full. A slot's word is written before
+ * its key (release) and never changes while the key is there; removal writes a tombstone key. A
+ * reader trusts a record only after checking that it serves the request (its range lies in its
+ * entry's), then checks its state: a torn or stale view can only make it miss, and a miss takes
+ * the locked path. A record leaves the hash before it is retired, and records are reused only
+ * after a grace period (cache.c). Growing or compacting makes a new table; the old one is freed
+ * after a grace period. */
+#define GDR_HIX_LEVELS 10
+#define GDR_HIX_EMPTY 0ULL
+#define GDR_HIX_TOMB 1ULL
+#define GDR_HIX_PTR_BITS 46        /* record address >> 6 (records are 64-byte aligned) */
+struct gdr_hslot {
+	uint64_t key;
+	uint64_t word;             /* record >> 6 | first 512th << 46 | last 512th << 55 */
+};
+struct gdr_hix {
+	uint64_t order;            /* the levels holding records, most populated first: 4 bits
+				      each from bit 0, their number in bits 60..63 (__atomic) */
+	uint32_t bits;             /* 1 << bits slots */
+	uint32_t used, dead;       /* live keys, tombstones (under the lock) */
+	struct gdr_hix *defer;     /* retired: freed after a grace period */
+	struct gdr_hslot v[] __attribute__((aligned(64))); /* four to a cache line */
+};
 struct gdr_index {
 	struct gdr_entry **v;
 	size_t n, cap;
-	bool dirty;                /* changed since the snapshot was published */
+	struct gdr_hix *hix;       /* never NULL once initialised */
+	struct gdr_hix **pub;      /* where lookups read it: stored with release at every change */
+	struct gdr_hix *retired;   /* old tables a lookup may still read */
+	uint32_t nretired;
+	uint32_t lev_n[GDR_HIX_LEVELS]; /* records per level */
 };
-struct gdr_snap_item {
-	uint64_t base, end;
-	struct gdr_entry *e;
-};
-struct gdr_snap {
-	size_t n;
-	struct gdr_snap *defer;    /* retired, freed after the next grace period */
-	struct gdr_snap_item v[];
-};
-/* The entry whose range holds addr, or NULL. */
+static inline unsigned gdr_hix_shift(unsigned k)
+{
+	return 12 + 3 * k;
+}
+static inline unsigned gdr_hix_level(uint64_t size)
+{
+	unsigned k = 0;
+
+	while (k < GDR_HIX_LEVELS - 1 && size > (2ULL << gdr_hix_shift(k)))
+		k++;
+	return k;
+}
+static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
+{
+	return ((addr >> gdr_hix_shift(k)) << 4 | k) + 2;
+}
+static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
+{
+	return (key * 0x9e3779b97f4a7c15ULL) >> (64 - bits);
+}
+/* Which 512th of its level-k granule addr lies in. */
+static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)
+{
+	return (addr >> (gdr_hix_shift(k) - 9)) & 511;
+}
+/* The entry whose range holds addr, or NULL. Under the lock. */
 struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
 /* Position of the first entry that ends after addr. */
 size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr);
+int gdr_index_init(struct gdr_index *ix, struct gdr_hix **pub);
 int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e);
+/* Take e out, and its records out of the hash. */
 void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e);
+/* A record of an indexed entry into the hash (out of memory: it is left out, and found by the
+ * locked path only), and out of it. */
+void gdr_index_add_record(struct gdr_index *ix, struct gdr_region *r);
+void gdr_index_del_record(struct gdr_index *ix, struct gdr_region *r);
+/* Free the retired tables: only after a grace period that began after they were retired. */
+void gdr_index_reclaim(struct gdr_index *ix);
 void gdr_index_free(struct gdr_index *ix);
-/* A snapshot of the index now. NULL on allocation failure. */
-struct gdr_snap *gdr_snap_build(const struct gdr_index *ix);
-/* The entry of the snapshot holding addr, or NULL. Lock-free. */
-static inline struct gdr_entry *gdr_snap_find(const struct gdr_snap *s, uint64_t addr)
-{
-	size_t lo = 0, hi = s->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (s->v[mid].end <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < s->n && s->v[lo].base <= addr ? s->v[lo].e : NULL;
-}
+/* Bytes the index uses now (sorted array and hash). */
+size_t gdr_index_bytes(const struct gdr_index *ix);
 
 /* thread.c: per-thread hold counters and read-side epochs (see there). Counters are 64 bits: one
  * moves one way for a thread that only registers (or only releases) a record, and at one step per
@@ -377,9 +432,10 @@ struct gdr_sync_set;  /* buffer ids given SYNC_MEMOPS (uthash) */
 #define GDR_REC_CHUNK 64u          /* records allocated together */
 struct gdr_cache {
 	/* Read by every hit: written only by writers, rarely. */
-	struct gdr_snap *snap __attribute__((aligned(64)));  /* published with release */
+	struct gdr_hix *hix __attribute__((aligned(64)));  /* the index's hash, published with
+							      release (index.c) */
 	uint64_t ev_next;                /* next free event to apply (events mode) */
-	uint64_t gen;                    /* bumped before a snapshot or record is retired (memo) */
+	uint64_t gen;                    /* bumped before a record is retired (memo) */
 	bool events;                     /* validation by events: no driver call on a hit */
 	bool may_revoke;                 /* the backend has a revocation source (kmod) */
 	int over_limit;                  /* limits exceeded (by held entries): __atomic */
@@ -396,7 +452,8 @@ struct gdr_cache {
 	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
 	struct gdr_entry *detached;      /* utlist DL: held entries out of the index */
 	struct gdr_entry *deferred;      /* retired entries waiting for a grace period */
-	struct gdr_snap *old_snaps;      /* retired snapshots waiting for a grace period */
+	uint32_t ndeferred;              /* entries and records waiting for a grace period */
+	uint64_t nsyncs;                 /* grace periods run (statistics) */
 	struct gdr_region *deferred_regions; /* records retired from live entries, likewise */
 	struct gdr_entry *dying;         /* utlist DL: out of the index, holds not yet final */
 	bool dying_unsynced;             /* one of them was marked dying since the last grace period */

@@ -16,7 +16,7 @@
  *    duration. A writer that retires an entry marks it dying, then waits until every thread has
  *    been seen with an even epoch or a later one (gdr_thr_sync): any lookup that saw the entry
  *    alive has then finished taking its hold, and every later lookup sees it dying. Memory a lookup
- *    may still read (old index snapshots, retired entries and records) is freed only after such a
+ *    may still read (outgrown hash tables, retired entries and records) is freed only after such a
  *    grace period. The store of the epoch must be ordered before the lookup's loads: where the
  *    kernel offers membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) the writer issues it (every running
  *    thread of the process executes a full barrier) and a lookup needs only a compiler barrier,

@@ -428,6 +428,142 @@ static void test_fork_child_uses_cache(void **state)
 	free_evented(b);
 }
 
+/* Random hits over many entries of mixed sizes (small allocations sharing pages, so entries with
+ * many records) are all served lock-free by the lookup hash, each by the record of its own
+ * allocation; entries dropped since (tombstones in the hash) are never served, their allocations'
+ * next registrations miss, and the rest keep hitting. */
+static void test_random_hits_through_the_hash(void **state)
+{
+	enum { N = 1500 };
+	static uint64_t va[N], size[N];
+	uint64_t x = 0x9e3779b97f4a7c15ULL, hits, misses;
+	struct gdr_region *r;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		size[i] = 4096ULL << (i % 11); /* 4 KiB .. 4 MiB */
+		va[i] = fake_cuda_alloc(size[i]);
+		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+	}
+	/* Entries merged as neighbours came (small allocations share pages): records of the entries
+	 * taken over are made again at their allocation's next registration, under the lock. */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+	hits = stats().fast_hits;
+	misses = stats().misses;
+	for (int k = 0; k < 20000; k++) {
+		uint64_t i, off, base, len;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		i = x % N;
+		off = (x >> 32) % (size[i] / 4096) * 4096;
+		r = reg(va[i] + off, 4096);
+		assert_int_equal(gdr_region_range(r, &base, &len), 0);
+		assert_true(base <= va[i] + off && va[i] + off + 4096 <= base + len);
+		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	assert_int_equal(stats().fast_hits, hits + 20000);
+	assert_int_equal(stats().misses, misses);
+	/* Every third allocation freed and allocated again (a new id, often the same VA). */
+	for (int i = 0; i < N; i += 3) {
+		free_evented(va[i]);
+		va[i] = fake_cuda_alloc(size[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		r = reg(va[i], 4096);
+		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	for (int i = 0; i < N; i++) /* records of entries merged by the new ones, again */
+		assert_int_equal(gdr_dereg(reg(va[i] + size[i] - 4096, 4096)), 0);
+	hits = stats().fast_hits;
+	misses = stats().misses;
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdr_dereg(reg(va[i] + size[i] - 4096, 4096)), 0);
+	assert_int_equal(stats().fast_hits, hits + N);
+	assert_int_equal(stats().misses, misses);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+}
+
+/* A miss retires nothing: it runs no grace period (a membarrier, whose cost grows with the threads
+ * of the process); before, every miss paid one to retire the index snapshot it replaced. */
+static void test_miss_runs_no_grace_period(void **state)
+{
+	enum { N = 300 };
+	static uint64_t va[N];
+	uint64_t syncs;
+
+	(void)state;
+	for (int i = 0; i < N; i++)
+		va[i] = fake_cuda_alloc(2 * MiB);
+	assert_int_equal(gdr_dereg(reg(va[0], 4096)), 0);
+	syncs = cache->nsyncs;
+	for (int i = 1; i < N; i++)
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	assert_int_equal(stats().misses, N);
+	assert_int_equal(cache->nsyncs, syncs);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+}
+
+/* Over the entry limit, an eviction pass goes 1/32 below it: one grace period for dozens of misses,
+ * not one each. */
+static void test_evictions_share_grace_periods(void **state)
+{
+	enum { N = 3000, LIMIT = 1024 };
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_ENTRIES,
+				    .validate = GDR_VALIDATE_EVENTS, .max_entries = LIMIT };
+	static uint64_t va[N];
+	uint64_t syncs, evictions;
+
+	(void)state;
+	assert_int_equal(gdr_cache_destroy(cache), 0);
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &cache), 0);
+	for (int i = 0; i < N; i++)
+		va[i] = fake_cuda_alloc(2 * MiB);
+	for (int i = 0; i < LIMIT; i++)
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	syncs = cache->nsyncs;
+	evictions = stats().evictions;
+	for (int i = LIMIT; i < N; i++)
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	assert_true(stats().entries <= LIMIT);
+	assert_true(stats().evictions - evictions >= N - LIMIT - LIMIT / 32);
+	assert_true(cache->nsyncs - syncs <= (N - LIMIT) / 16);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+}
+
+/* An allocation larger than the pin cap is pinned by the request; the record serves only what lies
+ * in its entry's pin: a request running past the pin is not handed that pin lock-free. */
+static void test_capped_allocation_served_within_its_pin(void **state)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_PIN_BYTES,
+				    .validate = GDR_VALIDATE_EVENTS, .max_pin_bytes = MiB };
+	uint64_t va = fake_cuda_alloc(64 * MiB), base, len, hits;
+	struct gdr_region *r1, *r2;
+
+	(void)state;
+	assert_int_equal(gdr_cache_destroy(cache), 0);
+	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &cache), 0);
+	r1 = reg(va + 100 * 1024, 8192);
+	assert_int_equal(gdr_region_range(r1, &base, &len), 0);
+	assert_int_equal(base, va + 64 * 1024);
+	assert_int_equal(len, 64 * 1024);
+	hits = stats().fast_hits;
+	assert_int_equal(gdr_dereg(reg(va + 120 * 1024, 8192)), 0);  /* inside: lock-free */
+	assert_int_equal(stats().fast_hits, hits + 1);
+	r2 = reg(va + 120 * 1024, 16384);                             /* past the pin's end */
+	assert_int_equal(stats().fast_hits, hits + 1);
+	assert_int_equal(gdr_region_range(r2, &base, &len), 0);
+	assert_true(base <= va + 120 * 1024 && va + 136 * 1024 <= base + len);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_dereg(r1), 0);
+	free_evented(va);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -446,6 +582,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_release_pd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads_share_and_own, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_random_hits_through_the_hash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_capped_allocation_served_within_its_pin, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
