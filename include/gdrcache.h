@@ -25,9 +25,11 @@
  *
  * Environment (read once, at the first gdr_cache_create; explicit attributes override it; a
  * malformed value makes gdr_cache_create fail with -EINVAL and a log line naming it):
- *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (suffixes K, M, G; default 4G)
- *   GDRCACHE_MAX_ENTRIES   most cached entries (default 4096)
- *   GDRCACHE_MAX_PIN_BYTES whole allocations up to this size are pinned whole (default 256M);
+ *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (suffixes K, M, G;
+ *                          default: half of min(BAR1, memory) over the GPUs, else 4G)
+ *   GDRCACHE_MAX_ENTRIES   most cached entries (default: one per MiB of that, at least 4096)
+ *   GDRCACHE_MAX_PIN_BYTES allocations up to this size may be pinned whole (default: an eighth
+ *                          of GDRCACHE_MAX_BYTES, at least 256M);
  *                          larger ones are pinned in the 64 KiB-aligned requested range
  *   GDRCACHE_BACKEND       auto | kmod | dmabuf | peermem            (default auto)
  *   GDRCACHE_VALIDATE      auto | tag | events                       (default auto)

@@ -126,6 +126,15 @@ module_param(event_queue_len, uint, 0444);
 MODULE_PARM_DESC(event_queue_len,
 		 "Revocation events queued per open file for read() before an overflow event (2..65536, default 1024)");
 
+/* Pins and pinned bytes of all users now (under gdr_acct_lock; read-only parameters, read
+ * without it: gdrcache_info reports them). */
+static u64 gdr_total_pins;
+module_param_named(pins, gdr_total_pins, ullong, 0444);
+MODULE_PARM_DESC(pins, "GPU pins held now, all users (read-only)");
+static u64 gdr_total_bytes;
+module_param_named(pinned_bytes, gdr_total_bytes, ullong, 0444);
+MODULE_PARM_DESC(pinned_bytes, "GPU bytes pinned now, all users (read-only)");
+
 static unsigned int gdr_nr_orphans;
 module_param_named(orphans, gdr_nr_orphans, uint, 0444);
 MODULE_PARM_DESC(orphans,
@@ -149,8 +158,6 @@ struct gdr_user {
 
 static DEFINE_SPINLOCK(gdr_acct_lock);	/* gdr_users, every gdr_user, totals */
 static DEFINE_HASHTABLE(gdr_users, 6);
-static u64 gdr_total_pins;
-static u64 gdr_total_bytes;
 
 /* Who may use a file: identity only, nothing dereferenced or referenced. */
 struct gdr_owner {

@@ -16,6 +16,14 @@ if ! dmesg | grep -q 'refused: max_user_pins=3 reached'; then
 	echo "no log line for the per-user cap"
 	rc=1
 fi
+# The module's totals (read-only parameters, what gdrcache_info reports): every pin given back.
+for p in pins pinned_bytes; do
+	v=$(cat /sys/module/gdrcache/parameters/$p 2>/dev/null)
+	if [ "$v" != 0 ]; then
+		echo "parameter $p is '$v' after every pin was given back (want 0)"
+		rc=1
+	fi
+done
 if dmesg | grep -E 'Oops|WARNING:|BUG:|general protection|Call Trace'; then
 	echo "the kernel complained during the case"
 	exit 1
