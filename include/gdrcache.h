@@ -143,6 +143,11 @@ int gdr_cache_destroy(struct gdr_cache *cache);
  * pinned range (the 64 KiB-aligned allocation), whose rkey reaches every byte of it, as MPI and UCX
  * use their registration caches. Without it, remote access gets an MR of exactly [addr, addr+len). */
 #define GDR_ACCESS_WIDE_MR (1 << 30)
+/* Or'ed into gdr_reg's access: serve the registration only if the cache already holds it (a hit),
+ * else fail at once with -ENOENT, having classified, pinned and registered nothing; in mode events
+ * no driver call is made either way. For a caller that decides host or GPU memory only on a miss
+ * (libgdrcache-preload.so: a hit costs no cuPointerGetAttribute). */
+#define GDR_REG_CACHED_ONLY (1 << 29)
 
 /*
  * Register [addr, addr+len) and take a reference. pd may be NULL: then the registration carries the
@@ -154,6 +159,7 @@ int gdr_cache_destroy(struct gdr_cache *cache);
  * costs one BUFFER_ID query); host memory and
  * memory CUDA does not know go straight to ibv_reg_mr (needs a pd).
  * Returns 0 and *region, or
+ * -ENOENT (GDR_REG_CACHED_ONLY and not a hit),
  * -EINVAL (NULL cache/region, len 0, addr+len overflows, host memory without a pd),
  * -EOPNOTSUPP (managed memory; peermem backend without a pd),
  * -ENODEV (GPU memory asked of a process with no CUDA driver),

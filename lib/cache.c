@@ -1741,7 +1741,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		       struct gdr_region **region)
 {
 	uint64_t a = (uintptr_t)addr;
-	bool wide = access & GDR_ACCESS_WIDE_MR, exact;
+	bool wide = access & GDR_ACCESS_WIDE_MR, cached_only = access & GDR_REG_CACHED_ONLY, exact;
 	struct stale_hit st;
 	struct gdr_thr *t;
 	int rc;
@@ -1751,7 +1751,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		return -EINVAL;
 	}
 	*region = NULL;
-	access &= ~GDR_ACCESS_WIDE_MR;
+	access &= ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY);
 	/* Remote access gets keys bounded by what was asked (a remote peer must not reach the rest
 	 * of the pin), unless the caller asked for the wide MR. */
 	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !wide;
@@ -1768,6 +1768,8 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	rc = reg_fast(c, t, pd, a, len, access, exact, region, &st);
 	if (!rc)
 		return 0;
+	if (rc == 1 && cached_only)
+		return -ENOENT; /* nothing asked of the driver, nothing locked */
 	cache_lock(c);
 	if (rc == 2) {
 		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
@@ -1776,6 +1778,10 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 			entry_stale(c, st.e);
 		__atomic_store_n(st.ctr, __atomic_load_n(st.ctr, __ATOMIC_RELAXED) - 1,
 				 __ATOMIC_RELAXED);
+	}
+	if (cached_only) {
+		cache_unlock(c);
+		return -ENOENT;
 	}
 	for (unsigned tries = 0;; tries++) {
 		rc = reg_locked(c, t, pd, a, len, access, exact, region);

@@ -277,29 +277,36 @@ static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, 
 		COUNT(odp);
 		return false;
 	}
-	if (!gdrp_is_gpu(addr)) {
-		COUNT(host);
-		return false;
-	}
 	return true;
 }
 
-/* gdr_reg for a cacheable request. 0: *region holds a reference and *cmr is the cached MR. */
-static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+/* gdr_reg for a cacheable request. 0: *region holds a reference and *cmr is the cached MR.
+ * cached_only: a hit or -ENOENT, with no driver call (GDR_REG_CACHED_ONLY): tried before the
+ * memory is classified, so that a hit costs no cuPointerGetAttribute. */
+static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access, bool cached_only,
 		     struct gdr_region **region, struct ibv_mr **cmr)
 {
 	enum gdr_mem_kind kind = GDR_MEM_HOST;
+	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
 	int rc;
 
-	pthread_once(&cache_once, cache_create);
-	if (!cache)
-		return -ENODEV;
-	/* Known before the cache can hold an MR for it, so that ibv_dealloc_pd releases them. */
-	rc = gdrp_pd_note(pd);
-	if (rc)
-		return rc;
+	if (cached_only) {
+		if (!c) /* no GPU registration yet: nothing cached */
+			return -ENOENT;
+		/* A hit has an MR of this pd: it was noted when that MR was made. */
+	} else {
+		pthread_once(&cache_once, cache_create);
+		c = cache;
+		if (!c)
+			return -ENODEV;
+		/* Known before the cache can hold an MR for it, so that ibv_dealloc_pd releases
+		 * them. */
+		rc = gdrp_pd_note(pd);
+		if (rc)
+			return rc;
+	}
 	in_lib++;
-	rc = gdr_reg(cache, pd, addr, len, (int)access, region);
+	rc = gdr_reg(c, pd, addr, len, (int)access | (cached_only ? GDR_REG_CACHED_ONLY : 0), region);
 	if (!rc) {
 		*cmr = NULL;
 		gdr_region_mem_kind(*region, &kind);
@@ -348,7 +355,15 @@ static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint
 
 	if (!cacheable(pd, addr, len, iova, access))
 		return NULL;
-	rc = cache_reg(pd, addr, len, access, &region, &cmr);
+	/* A hit first, with no driver call; on a miss, the driver says whether it is GPU memory. */
+	rc = cache_reg(pd, addr, len, access, true, &region, &cmr);
+	if (rc) {
+		if (!gdrp_is_gpu(addr)) {
+			COUNT(host);
+			return NULL;
+		}
+		rc = cache_reg(pd, addr, len, access, false, &region, &cmr);
+	}
 	if (rc) {
 		COUNT(fallback);
 		gdrp_info("gdr_reg(%p, +%zu, access %#x): %s: registering it directly", addr, len,
@@ -609,7 +624,9 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 		return 0;
 
 	if (cacheable(npd, naddr, nlen, (uintptr_t)naddr, (unsigned)naccess) &&
-	    cache_reg(npd, naddr, nlen, (unsigned)naccess, &region, &nmr) == 0) {
+	    (cache_reg(npd, naddr, nlen, (unsigned)naccess, true, &region, &nmr) == 0 ||
+	     (gdrp_is_gpu(naddr) &&
+	      cache_reg(npd, naddr, nlen, (unsigned)naccess, false, &region, &nmr) == 0))) {
 		r->kind = GDRP_CACHED;
 		r->region = region;
 		r->real = NULL;

@@ -118,6 +118,39 @@ static void test_cached(void)
 	gpu_free(buf);
 }
 
+/* A hit asks the driver nothing (issue 16 item 4): the cache is tried before the memory is
+ * classified. In mode events (the fake's probe passes) a hit makes no CUDA call at all. */
+static void test_hit_without_driver_call(void)
+{
+	char *buf = gpu_alloc(65536);
+	struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	uint64_t calls0;
+	int hits = 0;
+
+	CHECK(cached(m), "a GPU buffer is cached");
+	ibv_dereg_mr(m);
+	calls0 = fake_cuda_calls_total();
+	for (int i = 0; i < 100; i++) {
+		m = ibv_reg_mr(pd, buf + (i % 8) * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+		hits += cached(m);
+		ibv_dereg_mr(m);
+	}
+	CHECK(hits == 100, "100 registrations of it are hits (%d)", hits);
+	CHECK(fake_cuda_calls_total() == calls0, "and they made no CUDA driver call (%llu; the old "
+	      "preload asked cuPointerGetAttribute each time)",
+	      (unsigned long long)(fake_cuda_calls_total() - calls0));
+	gpu_free(buf);
+	/* host memory is still passed through, after one classification */
+	{
+		char host[4096];
+		struct ibv_mr *h = ibv_reg_mr(pd, host, sizeof(host), IBV_ACCESS_LOCAL_WRITE);
+
+		CHECK(h && !cached(h), "host memory still goes to libibverbs untouched");
+		if (h)
+			ibv_dereg_mr(h);
+	}
+}
+
 static void test_access_and_iova(void)
 {
 	char *buf = gpu_alloc(65536);
@@ -420,6 +453,7 @@ int main(int argc, char **argv)
 		test_disabled();
 	} else {
 		test_cached();
+		test_hit_without_driver_call();
 		test_access_and_iova();
 		test_host();
 		test_stale();
