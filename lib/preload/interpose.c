@@ -58,6 +58,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -118,8 +119,9 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 int gdrp_log_level = GDR_LOG_WARN;
 
-/* Counters printed with GDRCACHE_STATS=1. */
-static struct {
+/* Counters printed with GDRCACHE_STATS=1: one set a thread (a hit writes no line another thread
+ * writes), summed when read. */
+struct counters {
 	uint64_t cached;      /* registrations served through the cache (shadow MRs handed out) */
 	uint64_t host;        /* passed through: not device memory */
 	uint64_t iova;        /* passed through: iova != addr */
@@ -134,10 +136,45 @@ static struct {
 	uint64_t orphaned;    /* shadow MRs whose device was closed under them */
 	uint64_t pd_released; /* gdr_cache_release_pd calls before ibv_dealloc_pd/ibv_close_device */
 	uint64_t after_fork;  /* inherited shadow MRs forgotten in a child */
-} st;
+};
+struct thread_counters {
+	struct counters c;
+	struct thread_counters *next;
+} __attribute__((aligned(64)));
 
-#define COUNT(field) __atomic_fetch_add(&st.field, 1, __ATOMIC_RELAXED)
-#define LOAD(field) __atomic_load_n(&st.field, __ATOMIC_RELAXED)
+static struct thread_counters *all_counters;   /* pushed once a thread, never freed */
+static struct counters shared_counters;        /* a thread whose set could not be allocated */
+static __thread struct thread_counters *my_counters;
+
+static struct counters *counters(void)
+{
+	struct thread_counters *t = my_counters;
+
+	if (t)
+		return &t->c;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return &shared_counters;
+	t->next = __atomic_load_n(&all_counters, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&all_counters, &t->next, t, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
+	my_counters = t;
+	return &t->c;
+}
+
+static uint64_t counters_sum(size_t off)
+{
+	uint64_t n = __atomic_load_n((uint64_t *)((char *)&shared_counters + off), __ATOMIC_RELAXED);
+
+	for (struct thread_counters *t = __atomic_load_n(&all_counters, __ATOMIC_ACQUIRE); t;
+	     t = t->next)
+		n += __atomic_load_n((uint64_t *)((char *)&t->c + off), __ATOMIC_RELAXED);
+	return n;
+}
+
+#define COUNT(field) __atomic_fetch_add(&counters()->field, 1, __ATOMIC_RELAXED)
+#define LOAD(field) counters_sum(offsetof(struct counters, field))
 
 static const char *err_name(int err)
 {

@@ -2,11 +2,13 @@
 /*
  * The MRs the preload handed out (shadow records, found again by pointer at ibv_dereg_mr and
  * ibv_rereg_mr) and the PDs the cache made MRs for (released before ibv_dealloc_pd and
- * ibv_close_device), behind one mutex that is never held across a call into the library or
- * libibverbs.
+ * ibv_close_device). The records are spread over 64 shards, each behind its own mutex, so that
+ * threads registering at once do not queue on one lock (a hit costs a publish and a take); the
+ * PDs are behind one more. No mutex is held across a call into the library or libibverbs.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "preload.h"
@@ -32,10 +34,29 @@ struct rec_alloc {
 	struct rec_node node;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rec_node *recs;
+#define NSHARDS 64
+
+static struct shard {
+	pthread_mutex_t lock;
+	struct rec_node *recs;
+} __attribute__((aligned(64))) shards[NSHARDS];
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the PDs */
 static struct pd_node *pds;
-static bool oom;
+static __thread bool oom; /* set by uthash under whichever lock the thread holds */
+
+static struct shard *shard_of(const void *rec)
+{
+	uintptr_t p = (uintptr_t)rec;
+
+	return &shards[(p >> 6 ^ p >> 12) & (NSHARDS - 1)];
+}
+
+__attribute__((constructor)) static void shards_init(void)
+{
+	for (unsigned i = 0; i < NSHARDS; i++)
+		pthread_mutex_init(&shards[i].lock, NULL);
+}
 
 struct gdrp_rec *gdrp_rec_new(void)
 {
@@ -60,38 +81,41 @@ static struct rec_node *node_of(struct gdrp_rec *r)
 int gdrp_rec_publish(struct gdrp_rec *r)
 {
 	struct rec_node *n = node_of(r);
+	struct shard *sh = shard_of(r);
 	int rc = 0;
 
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&sh->lock);
 	oom = false;
-	HASH_ADD_PTR(recs, key, n);
+	HASH_ADD_PTR(sh->recs, key, n);
 	if (oom)
 		rc = -ENOMEM;
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&sh->lock);
 	return rc;
 }
 
 struct gdrp_rec *gdrp_rec_take(struct ibv_mr *mr)
 {
 	struct gdrp_rec *key = (struct gdrp_rec *)mr;
+	struct shard *sh = shard_of(key);
 	struct rec_node *n;
 
-	pthread_mutex_lock(&lock);
-	HASH_FIND_PTR(recs, &key, n);
+	pthread_mutex_lock(&sh->lock);
+	HASH_FIND_PTR(sh->recs, &key, n);
 	if (n)
-		HASH_DEL(recs, n);
-	pthread_mutex_unlock(&lock);
+		HASH_DEL(sh->recs, n);
+	pthread_mutex_unlock(&sh->lock);
 	return n ? n->key : NULL;
 }
 
 bool gdrp_rec_is_ours(struct ibv_mr *mr)
 {
 	struct gdrp_rec *key = (struct gdrp_rec *)mr;
+	struct shard *sh = shard_of(key);
 	struct rec_node *n;
 
-	pthread_mutex_lock(&lock);
-	HASH_FIND_PTR(recs, &key, n);
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_lock(&sh->lock);
+	HASH_FIND_PTR(sh->recs, &key, n);
+	pthread_mutex_unlock(&sh->lock);
 	return n != NULL;
 }
 
@@ -164,37 +188,46 @@ unsigned gdrp_orphan_pd(struct ibv_pd *pd, struct gdr_region **regions, unsigned
 	struct rec_node *n, *t;
 	unsigned k = 0;
 
-	pthread_mutex_lock(&lock);
-	HASH_ITER(hh, recs, n, t) {
-		struct gdrp_rec *r = n->key;
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		pthread_mutex_lock(&shards[i].lock);
+		HASH_ITER(hh, shards[i].recs, n, t) {
+			struct gdrp_rec *r = n->key;
 
-		if (r->kind != GDRP_CACHED || r->mr.pd != pd)
-			continue;
-		if (k < max) {
-			regions[k] = r->region;
-			r->region = NULL;
-			r->kind = GDRP_ORPHAN;
+			if (r->kind != GDRP_CACHED || r->mr.pd != pd)
+				continue;
+			if (k < max) {
+				regions[k] = r->region;
+				r->region = NULL;
+				r->kind = GDRP_ORPHAN;
+			}
+			k++;
 		}
-		k++;
+		pthread_mutex_unlock(&shards[i].lock);
 	}
-	pthread_mutex_unlock(&lock);
 	return k;
 }
 
-/* fork(): no other thread may hold the mutex while the child is made (the child re-creates it). */
+/* fork(): no other thread may hold a mutex while the child is made (the child re-creates it). */
 static void prepare(void)
 {
 	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < NSHARDS; i++)
+		pthread_mutex_lock(&shards[i].lock);
 }
 
 static void parent(void)
 {
+	for (unsigned i = NSHARDS; i-- > 0;)
+		pthread_mutex_unlock(&shards[i].lock);
 	pthread_mutex_unlock(&lock);
 }
 
 static void child(void)
 {
-	pthread_mutex_unlock(&lock); /* the forking thread, its owner, is the child's only thread */
+	/* the forking thread, their owner, is the child's only thread */
+	for (unsigned i = NSHARDS; i-- > 0;)
+		pthread_mutex_unlock(&shards[i].lock);
+	pthread_mutex_unlock(&lock);
 }
 
 void gdrp_mrtab_atfork(void)

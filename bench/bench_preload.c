@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The preload's hit against the library's, in one process (issue 16 item 4). Run with
+ * LD_PRELOAD=libgdrcache-preload.so and LD_LIBRARY_PATH at the fake libibverbs (tests/preload:
+ * the GPU machines have no NIC), on the real CUDA driver: bench/run-gpu-preload.sh.
+ *   preload   ibv_reg_mr + ibv_dereg_mr of a cached GPU buffer: the preload's interposers, its
+ *             shadow MR, the cache's hit (GDR_REG_CACHED_ONLY: no driver call in mode events)
+ *   library   gdr_reg + gdr_dereg of the same buffers, with the same PD, on a cache of its own
+ * Each thread cycles over its own 64 buffers (a random 4 KiB offset), after a warm-up that makes
+ * every one a hit; 1, 4 and 16 threads; ns per reg+dereg per thread, and hits per second in all.
+ * Figures, not verdicts: not a test.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gdrcache.h"
+#include "hit_cuda.h"
+#include "machine.h"
+
+#define NBUF 64
+#define BUFSZ (1 << 20)
+
+static struct ibv_pd *pd;
+static struct gdr_cache *lib;
+static int iters = 2000000;
+
+struct targ {
+	int id, mode; /* 0 preload, 1 library */
+	hc_ptr buf[NBUF];
+	double ns;
+	int fails;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int one(struct targ *a, unsigned k, unsigned off)
+{
+	void *p = (void *)(uintptr_t)(a->buf[k] + off);
+
+	if (a->mode == 0) {
+		struct ibv_mr *mr = ibv_reg_mr(pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+
+		return mr ? ibv_dereg_mr(mr) : -1;
+	} else {
+		struct gdr_region *r;
+
+		if (gdr_reg(lib, pd, p, 4096, IBV_ACCESS_LOCAL_WRITE, &r))
+			return -1;
+		return gdr_dereg(r);
+	}
+}
+
+static void *run(void *arg)
+{
+	struct targ *a = arg;
+	unsigned seed = 12345 + a->id;
+	double t0;
+
+	hc_thread();
+	for (unsigned k = 0; k < NBUF; k++)
+		a->fails += one(a, k, 0) != 0; /* warm-up: each a miss once */
+	t0 = now();
+	for (int i = 0; i < iters; i++)
+		a->fails += one(a, rand_r(&seed) % NBUF, (rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
+	a->ns = (now() - t0) / iters;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static struct targ args[16];
+	const int threads[] = { 1, 4, 16 };
+	struct ibv_device **l;
+	struct ibv_context *ctx;
+	char why[256], cpu[128];
+	struct gdr_cache_attr attr = { .field_mask = GDR_CACHE_ATTR_BACKEND,
+				       .backend = GDR_BACKEND_DMABUF };
+	Dl_info info = { 0 };
+
+	if (argc > 1)
+		iters = atoi(argv[1]);
+	if (hc_load(why, sizeof(why))) {
+		printf("bench_preload: %s\n", why);
+		return 77;
+	}
+	l = ibv_get_device_list(NULL);
+	ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	if (!pd || !dlsym(RTLD_DEFAULT, "fake_ibv_count")) {
+		printf("bench_preload: needs the fake libibverbs (LD_LIBRARY_PATH)\n");
+		return 77;
+	}
+	dladdr((void *)&ibv_reg_mr, &info);
+	if (!info.dli_fname || !strstr(info.dli_fname, "libgdrcache-preload")) {
+		printf("bench_preload: needs LD_PRELOAD=libgdrcache-preload.so\n");
+		return 77;
+	}
+	if (gdr_cache_create(&attr, &lib)) {
+		printf("bench_preload: gdr_cache_create failed\n");
+		return 1;
+	}
+	bench_cpu_model(cpu, sizeof(cpu));
+	printf("# bench_preload: %s, CUDA %d, driver %s; CPU %s; %d reg+dereg a thread, random of %d "
+	       "1 MiB buffers of its own, random 4 KiB offset, every one a hit\n", hc.gpu,
+	       hc.cuda_version, hc.driver, cpu, iters, NBUF);
+	printf("%-8s %8s %14s %16s %8s\n", "path", "threads", "ns/reg+dereg", "M hits/s (all)",
+	       "fails");
+	for (unsigned ti = 0; ti < sizeof(threads) / sizeof(threads[0]); ti++) {
+		for (int mode = 0; mode < 2; mode++) {
+			pthread_t th[16];
+			double ns = 0;
+			int n = threads[ti], fails = 0;
+
+			for (int i = 0; i < n; i++) {
+				args[i].id = i;
+				args[i].mode = mode;
+				args[i].fails = 0;
+				if (!args[i].buf[0])
+					for (int k = 0; k < NBUF; k++)
+						hc.cuMemAlloc(&args[i].buf[k], BUFSZ);
+				pthread_create(&th[i], NULL, run, &args[i]);
+			}
+			for (int i = 0; i < n; i++) {
+				pthread_join(th[i], NULL);
+				ns += args[i].ns / n;
+				fails += args[i].fails;
+			}
+			printf("%-8s %8d %14.1f %16.1f %8d\n", mode ? "library" : "preload", n, ns,
+			       n * 1e3 / ns, fails);
+		}
+	}
+	{
+		struct gdr_cache_stats s;
+
+		gdr_cache_get_stats(lib, &s);
+		printf("# library cache: validation %s, %llu hits (%llu lock-free), %llu misses\n",
+		       s.validate_mode == GDR_VALIDATE_EVENTS ? "events" : "tag",
+		       (unsigned long long)s.hits, (unsigned long long)s.fast_hits,
+		       (unsigned long long)s.misses);
+	}
+	return 0;
+}
