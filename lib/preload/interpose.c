@@ -144,7 +144,7 @@ struct thread_counters {
 
 static struct thread_counters *all_counters;   /* pushed once a thread, never freed */
 static struct counters shared_counters;        /* a thread whose set could not be allocated */
-static __thread struct thread_counters *my_counters;
+static __thread struct thread_counters *my_counters __attribute__((tls_model("initial-exec")));
 
 static struct counters *counters(void)
 {

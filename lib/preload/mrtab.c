@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "preload.h"
 
@@ -43,34 +44,67 @@ static struct shard {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the PDs */
 static struct pd_node *pds;
-static __thread bool oom; /* set by uthash under whichever lock the thread holds */
+/* set by uthash under whichever lock the thread holds */
+static __thread bool oom __attribute__((tls_model("initial-exec")));
 
 static struct shard *shard_of(const void *rec)
 {
-	uintptr_t p = (uintptr_t)rec;
-
-	return &shards[(p >> 6 ^ p >> 12) & (NSHARDS - 1)];
+	/* All the pointer's bits mixed into the top six: records of different threads' malloc
+	 * arenas share their low bits (arenas are 64 MiB-aligned). */
+	return &shards[((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ULL) >> 58];
 }
+
+/* One node a shard that never leaves it: uthash frees a table when its last node goes and
+ * allocates one with the next, which a hit would pay twice. Its key is the shard itself, never an
+ * MR; walks skip it. */
+static struct rec_node sentinels[NSHARDS];
 
 __attribute__((constructor)) static void shards_init(void)
 {
-	for (unsigned i = 0; i < NSHARDS; i++)
+	for (unsigned i = 0; i < NSHARDS; i++) {
 		pthread_mutex_init(&shards[i].lock, NULL);
+		sentinels[i].key = (struct gdrp_rec *)(void *)&shards[i];
+		HASH_ADD_PTR(shards[i].recs, key, &sentinels[i]);
+	}
 }
+
+/* Records freed by this thread, kept for its next registrations (a hit then allocates nothing):
+ * at most REC_KEEP a thread, the rest go back to malloc. */
+#define REC_KEEP 64
+struct rec_free {
+	struct rec_free *next;
+};
+static __thread struct rec_free *rec_kept __attribute__((tls_model("initial-exec")));
+static __thread unsigned rec_nkept __attribute__((tls_model("initial-exec")));
 
 struct gdrp_rec *gdrp_rec_new(void)
 {
-	struct rec_alloc *a = calloc(1, sizeof(*a));
+	struct rec_alloc *a = (struct rec_alloc *)rec_kept;
 
-	if (!a)
-		return NULL;
+	if (a) {
+		rec_kept = rec_kept->next;
+		rec_nkept--;
+		memset(a, 0, sizeof(*a));
+	} else {
+		a = calloc(1, sizeof(*a));
+		if (!a)
+			return NULL;
+	}
 	a->node.key = &a->rec;
 	return &a->rec;
 }
 
 void gdrp_rec_free(struct gdrp_rec *r)
 {
-	free(r); /* the struct rec_alloc starts with it */
+	struct rec_free *f = (struct rec_free *)r; /* the struct rec_alloc starts with it */
+
+	if (rec_nkept >= REC_KEEP) {
+		free(r);
+		return;
+	}
+	f->next = rec_kept;
+	rec_kept = f;
+	rec_nkept++;
 }
 
 static struct rec_node *node_of(struct gdrp_rec *r)
@@ -193,7 +227,7 @@ unsigned gdrp_orphan_pd(struct ibv_pd *pd, struct gdr_region **regions, unsigned
 		HASH_ITER(hh, shards[i].recs, n, t) {
 			struct gdrp_rec *r = n->key;
 
-			if (r->kind != GDRP_CACHED || r->mr.pd != pd)
+			if (n == &sentinels[i] || r->kind != GDRP_CACHED || r->mr.pd != pd)
 				continue;
 			if (k < max) {
 				regions[k] = r->region;
