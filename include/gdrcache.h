@@ -161,7 +161,8 @@ int gdr_cache_destroy(struct gdr_cache *cache);
  * Returns 0 and *region, or
  * -ENOENT (GDR_REG_CACHED_ONLY and not a hit),
  * -EINVAL (NULL cache/region, len 0, addr+len overflows, host memory without a pd),
- * -EOPNOTSUPP (managed memory; peermem backend without a pd),
+ * -EOPNOTSUPP (managed memory; memory the driver will not export, such as legacy CUDA IPC imports
+ * under the dmabuf backend; a GPU no backend serves; peermem backend without a pd),
  * -ENODEV (GPU memory asked of a process with no CUDA driver),
  * -ENOMEM / -ENOSPC (nothing left to evict and the backend still cannot pin),
  * or the backend's or libibverbs' error.
