@@ -2,7 +2,7 @@
 /*
  * The MRs the preload handed out (shadow records, found again by pointer at ibv_dereg_mr and
  * ibv_rereg_mr) and the PDs the cache made MRs for (released before ibv_dealloc_pd and
- * ibv_close_device). The records are spread over 64 shards, each behind its own mutex, so that
+ * ibv_close_device). The records are spread over 32 shards, each behind its own mutex, so that
  * threads registering at once do not queue on one lock (a hit costs a publish and a take); the
  * PDs are behind one more. No mutex is held across a call into the library or libibverbs.
  */
@@ -35,7 +35,9 @@ struct rec_alloc {
 	struct rec_node node;
 };
 
-#define NSHARDS 64
+/* 32: fork's prepare handler holds every shard's mutex and the PDs' at once, and
+ * ThreadSanitizer's deadlock detector stops at 64 locks held by a thread. */
+#define NSHARDS 32
 
 static struct shard {
 	pthread_mutex_t lock;
@@ -51,7 +53,7 @@ static struct shard *shard_of(const void *rec)
 {
 	/* All the pointer's bits mixed into the top six: records of different threads' malloc
 	 * arenas share their low bits (arenas are 64 MiB-aligned). */
-	return &shards[((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ULL) >> 58];
+	return &shards[((uint64_t)(uintptr_t)rec * 0x9e3779b97f4a7c15ULL) >> 59];
 }
 
 /* One node a shard that never leaves it: uthash frees a table when its last node goes and
@@ -76,6 +78,26 @@ struct rec_free {
 };
 static __thread struct rec_free *rec_kept __attribute__((tls_model("initial-exec")));
 static __thread unsigned rec_nkept __attribute__((tls_model("initial-exec")));
+static pthread_key_t rec_key; /* its destructor frees an exiting thread's kept records */
+static pthread_once_t rec_key_once = PTHREAD_ONCE_INIT;
+
+static void rec_kept_free(void *arg)
+{
+	(void)arg;
+	while (rec_kept) {
+		struct rec_free *f = rec_kept;
+
+		rec_kept = f->next;
+		free(f);
+	}
+	rec_nkept = 0;
+}
+
+static void rec_key_make(void)
+{
+	if (pthread_key_create(&rec_key, rec_kept_free))
+		rec_key = (pthread_key_t)-1;
+}
 
 struct gdrp_rec *gdrp_rec_new(void)
 {
@@ -101,6 +123,13 @@ void gdrp_rec_free(struct gdrp_rec *r)
 	if (rec_nkept >= REC_KEEP) {
 		free(r);
 		return;
+	}
+	if (!rec_nkept) { /* arm the thread's destructor (pthread_setspecific is idempotent) */
+		pthread_once(&rec_key_once, rec_key_make);
+		if (rec_key == (pthread_key_t)-1 || pthread_setspecific(rec_key, (void *)1)) {
+			free(r);
+			return;
+		}
 	}
 	f->next = rec_kept;
 	rec_kept = f;

@@ -33,5 +33,6 @@ int main(int argc, char **argv)
 	ibv_dealloc_pd(pd);
 	ibv_close_device(c);
 	ibv_free_device_list(l);
+	free(buf);
 	return 0;
 }
