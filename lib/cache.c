@@ -1366,16 +1366,11 @@ static bool tag_holds(const struct gdr_tag *t, uint64_t x)
 	return in_range(x, t->start, t->size) || in_range(x, t->alloc_start, t->alloc_size);
 }
 
-/* Drop every entry serving the allocation at `start` (a free that names only its base address:
- * cuMemFree, cuMemFreeAsync): those with a tag (the range the driver reported when the entry was
- * made) that holds it. An entry may serve part of an allocation that begins before the entry does,
- * and the range the driver reports may be wider than the allocation freed, so every entry is looked
- * at; frees are rare next to hits. A free of an allocation the entry has no tag for leaves it: an
- * entry's pages all lie in physical chunks that hold one of its tagged allocations, and a chunk
- * stays mapped while any allocation in it lives (docs/FACTS), so freeing a neighbour in the chunk
- * (the other allocations of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's
- * neighbours) changes no page the entry pinned. */
-static void drop_allocation(struct gdr_cache *c, uint64_t start)
+/* Drop every indexed entry that has a tag for which gone(c, tag, arg) holds. Every entry is
+ * looked at (events are rare next to hits). */
+static void drop_tagged(struct gdr_cache *c,
+			bool (*gone)(struct gdr_cache *c, const struct gdr_tag *t, const void *arg),
+			const void *arg)
 {
 	size_t i = 0;
 
@@ -1384,7 +1379,7 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 		bool hit = false;
 
 		for (uint32_t k = 0; !hit && k < e->ntags; k++)
-			hit = tag_holds(&e->tags[k], start);
+			hit = gone(c, &e->tags[k], arg);
 		if (hit)
 			entry_stale(c, e); /* leaves the index: the next one is at i now */
 		else
@@ -1392,35 +1387,54 @@ static void drop_allocation(struct gdr_cache *c, uint64_t start)
 	}
 }
 
+static bool tag_holds_start(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	(void)c;
+	return tag_holds(t, *(const uint64_t *)arg);
+}
+
+/* Drop every entry serving the allocation at `start` (a free that names only its base address:
+ * cuMemFree, cuMemFreeAsync): those with a tag (the range the driver reported when the entry was
+ * made) that holds it. An entry may serve part of an allocation that begins before the entry does,
+ * and the range the driver reports may be wider than the allocation freed, so every entry is looked
+ * at. A free of an allocation the entry has no tag for leaves it: an entry's pages all lie in
+ * physical chunks that hold one of its tagged allocations, and a chunk stays mapped while any
+ * allocation in it lives (docs/FACTS), so freeing a neighbour in the chunk (the other allocations
+ * of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's neighbours) changes no page
+ * the entry pinned. */
+static void drop_allocation(struct gdr_cache *c, uint64_t start)
+{
+	drop_tagged(c, tag_holds_start, &start);
+}
+
+/* Whether the part of tag t that is its own allocation, RANGE ∩ the tag (a pool allocation's piece
+ * of a shared chunk, a VMM mapping inside its reservation), overlaps [range[0], range[1]). */
+static bool tag_overlaps(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	const uint64_t *range = arg;
+	uint64_t s = t->start, end = t->start + t->size;
+
+	(void)c;
+	if (t->alloc_size) {
+		if (t->alloc_start > s)
+			s = t->alloc_start;
+		if (t->alloc_start + t->alloc_size < end)
+			end = t->alloc_start + t->alloc_size;
+	}
+	return s < range[1] && range[0] < end;
+}
+
 /* Drop every indexed entry with a tag whose allocation overlaps [lo, hi): memory the driver has just
- * handed out again (an allocation event) is no longer what any such tag described. The part of a
- * tag that is its own allocation is RANGE ∩ the tag (a pool allocation's piece of a shared chunk,
- * a VMM mapping inside its reservation). */
+ * handed out again (an allocation event) is no longer what any such tag described. */
 static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 {
-	size_t i = 0;
+	drop_tagged(c, tag_overlaps, (const uint64_t[2]){ lo, hi });
+}
 
-	while (i < c->index.n) {
-		struct gdr_entry *e = c->index.v[i];
-		bool hit = false;
-
-		for (uint32_t k = 0; !hit && k < e->ntags; k++) {
-			const struct gdr_tag *t = &e->tags[k];
-			uint64_t s = t->start, end = t->start + t->size;
-
-			if (t->alloc_size) {
-				if (t->alloc_start > s)
-					s = t->alloc_start;
-				if (t->alloc_start + t->alloc_size < end)
-					end = t->alloc_start + t->alloc_size;
-			}
-			hit = s < hi && lo < end;
-		}
-		if (hit)
-			entry_stale(c, e);
-		else
-			i++;
-	}
+static bool tag_freed(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	(void)arg;
+	return gdr_validate_tag_ops.check(c, t) < 0;
 }
 
 /* A context's memory was freed (GDR_EV_CTX): ask the driver about every cached allocation and drop
@@ -1429,19 +1443,7 @@ static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
  * survive a context (docs/FACTS), stay. */
 static void revalidate_all(struct gdr_cache *c)
 {
-	size_t i = 0;
-
-	while (i < c->index.n) {
-		struct gdr_entry *e = c->index.v[i];
-		bool gone = false;
-
-		for (uint32_t k = 0; !gone && k < e->ntags; k++)
-			gone = gdr_validate_tag_ops.check(c, &e->tags[k]) < 0;
-		if (gone)
-			entry_stale(c, e); /* leaves the index: the next one is at i now */
-		else
-			i++;
-	}
+	drop_tagged(c, tag_freed, NULL);
 }
 
 /* Apply every free (and allocation) event published so far. Under the lock. */
