@@ -318,9 +318,8 @@ static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, 
 }
 
 /* gdr_reg for a cacheable request. 0: *region holds a reference and *cmr is the cached MR.
- * cached_only: a hit or -ENOENT, with no driver call (GDR_REG_CACHED_ONLY): tried before the
- * memory is classified, so that a hit costs no cuPointerGetAttribute. */
-static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access, bool cached_only,
+ * cached_only: a hit or -ENOENT, with no driver call (GDR_REG_CACHED_ONLY). */
+static int cache_try(struct ibv_pd *pd, void *addr, size_t len, unsigned access, bool cached_only,
 		     struct gdr_region **region, struct ibv_mr **cmr)
 {
 	enum gdr_mem_kind kind = GDR_MEM_HOST;
@@ -358,6 +357,21 @@ static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
 	return rc;
 }
 
+/* A cacheable request: a hit first, with no driver call; on a miss the driver says whether it is
+ * GPU memory, and GPU memory is registered through the cache. 0 as cache_try; 1: host memory
+ * (counted; the caller passes it through); else cache_try's error. */
+static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		     struct gdr_region **region, struct ibv_mr **cmr)
+{
+	if (!cache_try(pd, addr, len, access, true, region, cmr))
+		return 0;
+	if (!gdrp_is_gpu(addr)) {
+		COUNT(host);
+		return 1;
+	}
+	return cache_try(pd, addr, len, access, false, region, cmr);
+}
+
 static void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd *pd, void *addr,
 			size_t len)
 {
@@ -392,15 +406,9 @@ static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint
 
 	if (!cacheable(pd, addr, len, iova, access))
 		return NULL;
-	/* A hit first, with no driver call; on a miss, the driver says whether it is GPU memory. */
-	rc = cache_reg(pd, addr, len, access, true, &region, &cmr);
-	if (rc) {
-		if (!gdrp_is_gpu(addr)) {
-			COUNT(host);
-			return NULL;
-		}
-		rc = cache_reg(pd, addr, len, access, false, &region, &cmr);
-	}
+	rc = cache_reg(pd, addr, len, access, &region, &cmr);
+	if (rc == 1)
+		return NULL; /* host memory */
 	if (rc) {
 		COUNT(fallback);
 		gdrp_info("gdr_reg(%p, +%zu, access %#x): %s: registering it directly", addr, len,
@@ -661,9 +669,7 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 		return 0;
 
 	if (cacheable(npd, naddr, nlen, (uintptr_t)naddr, (unsigned)naccess) &&
-	    (cache_reg(npd, naddr, nlen, (unsigned)naccess, true, &region, &nmr) == 0 ||
-	     (gdrp_is_gpu(naddr) &&
-	      cache_reg(npd, naddr, nlen, (unsigned)naccess, false, &region, &nmr) == 0))) {
+	    cache_reg(npd, naddr, nlen, (unsigned)naccess, &region, &nmr) == 0) {
 		r->kind = GDRP_CACHED;
 		r->region = region;
 		r->real = NULL;
