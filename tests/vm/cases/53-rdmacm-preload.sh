@@ -70,8 +70,19 @@ check() {
 
 pair rping-plain 7174 rping -s -v -V -C 10 -S 64 -a "$addr" -p 7174 -- \
 	rping -c -v -V -C 10 -S 64 -a "$addr" -p 7174
-LD_PRELOAD=$PRELOAD GDRCACHE_STATS=1 pair rping-preload 7174 rping -s -v -V -C 10 -S 64 -a "$addr" -p 7174 -- \
-	rping -c -v -V -C 10 -S 64 -a "$addr" -p 7174
+rping_preload() {
+	LD_PRELOAD=$PRELOAD GDRCACHE_STATS=1 pair rping-preload 7174 rping -s -v -V -C 10 -S 64 \
+		-a "$addr" -p 7174 -- rping -c -v -V -C 10 -S 64 -a "$addr" -p 7174
+}
+rping_preload
+# rping's CM thread can still be in rdma_get_cm_event when its main thread destroys the event
+# channel at exit: the thread then reports EBADF and exits 255 (rping's own teardown race, seen
+# once in CI with the preload, whose exit-time statistics lengthen that window). That run is made
+# again, once, and every check below applies to the second run.
+if grep -q '^rdma_get_cm_event: Bad file descriptor$' rping-preload.client.err rping-preload.server.err; then
+	echo "rping's teardown race (rdma_get_cm_event: EBADF) in the run with the preload: run again"
+	rping_preload
+fi
 check rping
 
 pair ucmatose-plain 7175 ucmatose -b "$addr" -p 7175 -c 1 -C 10 -- ucmatose -s "$addr" -p 7175 -c 1 -C 10
