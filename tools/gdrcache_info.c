@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gdrcache_int.h"
-#include "hooks.h"
+#include "common/config.h"
+#include "cuda/cuda.h"
 
 #define DEVATTR_GPU_DIRECT_RDMA_SUPPORTED 116
 #define DEVATTR_DMA_BUF_SUPPORTED 124

@@ -4,7 +4,7 @@
 
 Usage: mkman.py SOURCE CONFIG_C OUTDIR [VERSION]
 Writes OUTDIR/manN/NAME.N for every page and every "also:" name (a .so link to its page). The
-"@variables" of a page becomes lib/config.c's table (each variable's name and form) with the
+"@variables" of a page becomes lib/common/config.c's table (each variable's name and form) with the
 descriptions of the source's "@var NAME: text" lines; it fails if the two sets of names differ.
 """
 import os
@@ -23,7 +23,7 @@ def esc(text):
 
 
 def config_table(path):
-    """[(name, form)] of lib/config.c's table, in its order."""
+    """[(name, form)] of lib/common/config.c's table, in its order."""
     src = open(path).read()
     body = src[src.index("} table[] = {"):]
     body = body[:body.index("\n};")]
@@ -138,7 +138,7 @@ def main():
         if "@variables" in page["lines"]:
             want, have = [v for v, _ in variables], set(page["vars"])
             if set(want) != have:
-                sys.exit("mkman: %s(%s): lib/config.c's variables %s, described %s" % (
+                sys.exit("mkman: %s(%s): lib/common/config.c's variables %s, described %s" % (
                     page["name"], page["section"], sorted(set(want) - have) or "-",
                     sorted(have - set(want)) or "-"))
         d = os.path.join(outdir, "man" + page["section"])

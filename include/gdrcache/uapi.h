@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
 /*
- * gdrcache.ko ioctl ABI: shared, byte for byte, by kmod/ and lib/backend_kmod.c.
+ * gdrcache.ko ioctl ABI: shared, byte for byte, by kmod/ and lib/backend/kmod.c.
  *
  * Rules of this ABI:
  *  - every struct has fixed-width fields and explicit padding; sizes are multiples of 8;

@@ -36,7 +36,7 @@
 
 #include <gdrcache.h>
 
-#include "cuda_abi.h"
+#include "cuda/cuda_abi.h"
 
 #define NTHREADS 4
 #define NSLOTS 64

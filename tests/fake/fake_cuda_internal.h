@@ -18,7 +18,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The free and allocation entry points that libgdrcache patches (lib/patch.c): their exported
+/* The free and allocation entry points that libgdrcache patches (lib/intercept/patch.c): their exported
  * symbols are assembly prologues SIMULATING libcuda 580.159.04's entry bytes (fake_entry_<arch>.S)
  * that call fake_impl_<name> (hidden). fake_api_flag is what the x86-64 prologue's RIP-relative
  * cmp reads, as libcuda's does. Elsewhere the C function is the entry point. */
@@ -36,7 +36,7 @@
 #define ENTRY_EXPORT EXPORT
 #endif
 
-/* ---- cuda.h's types and values (kept independent of lib/cuda_abi.h on purpose) ------------- */
+/* ---- cuda.h's types and values (kept independent of lib/cuda/cuda_abi.h on purpose) ------------- */
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef int CUdevice;

@@ -2,7 +2,7 @@
 /*
  * The fake driver's exported free and allocation entry points on aarch64: a SIMULATION of a
  * libcuda entry as the compiler writes it (the x86-64 file copies libcuda 580.159.04's measured
- * entry bytes, FACTS.md; aarch64's were not measured), so that lib/patch.c meets in the unit tests
+ * entry bytes, FACTS.md; aarch64's were not measured), so that lib/intercept/patch.c meets in the unit tests
  * the frame-record prologue it will meet there:
  *
  *   stp x29, x30, [sp, #-16]!; mov x29, sp; bl fake_impl_<name>; ldp x29, x30, [sp], #16; ret

@@ -2,7 +2,7 @@
 /*
  * The fake driver's exported free and allocation entry points on x86-64: a SIMULATION of the entry
  * bytes of NVIDIA's libcuda 580.159.04 (FACTS.md, "first bytes of libcuda's API functions"), so
- * that lib/patch.c meets in the unit tests what it meets on the H100:
+ * that lib/intercept/patch.c meets in the unit tests what it meets on the H100:
  *
  *   55 48 89 e5 41 54 48 83 ec 08 81 3d <rel32> <imm32>
  *   push %rbp; mov %rsp,%rbp; push %r12; sub $8,%rsp; cmpl $imm32, fake_api_flag(%rip)

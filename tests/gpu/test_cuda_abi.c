@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* lib/cuda_abi.h declares the CUDA constants the library uses without cuda.h: this proves, at
+/* lib/cuda/cuda_abi.h declares the CUDA constants the library uses without cuda.h: this proves, at
  * compile time, that every one equals cuda.h's. Built wherever cuda.h is found. */
 #include <cuda.h>
 #include <stdio.h>
 
-#include "cuda_abi.h"
+#include "cuda/cuda_abi.h"
 
 #define SAME(ours, theirs) _Static_assert((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
 SAME(GDR_CUDA_SUCCESS, CUDA_SUCCESS);
@@ -44,6 +44,6 @@ SAME(sizeof(gdr_CUdeviceptr), sizeof(CUdeviceptr));
 
 int main(void)
 {
-	printf("ok: lib/cuda_abi.h matches cuda.h %d\n", CUDA_VERSION);
+	printf("ok: lib/cuda/cuda_abi.h matches cuda.h %d\n", CUDA_VERSION);
 	return 0;
 }

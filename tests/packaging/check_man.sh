@@ -3,7 +3,7 @@
 # The manual pages (docs/man/gdrcache.man, built into BUILD/man by docs/man/mkman.py): every page
 # renders with `man -l` without a single groff or man warning; every function of the public API
 # (the GDRCACHE_0.* stanzas of lib/libgdrcache.map) has a page in section 3; the variables of
-# gdrcache(7) and of the README's configuration table are exactly lib/config.c's table.
+# gdrcache(7) and of the README's configuration table are exactly lib/common/config.c's table.
 # Usage: check_man.sh BUILD SOURCE. Exit 0 pass, 1 fail, 77 skip (no man or groff here).
 set -u
 build=$1 src=$2
@@ -34,24 +34,24 @@ done
 [ -n "$api" ] || { echo "FAIL: no API functions in lib/libgdrcache.map"; missing=1; }
 [ $missing = 0 ] && echo "ok: a page for each of $(echo "$api" | wc -w) API functions" || fail=1
 
-table=$(sed -n '/} table\[\] = {/,/^};/p' "$src/lib/config.c" | grep -o '{ "GDRCACHE_[A-Z0-9_]*"' |
+table=$(sed -n '/} table\[\] = {/,/^};/p' "$src/lib/common/config.c" | grep -o '{ "GDRCACHE_[A-Z0-9_]*"' |
 	grep -o 'GDRCACHE_[A-Z0-9_]*' | sort)
 man7=$(cd "$build/man" && LC_ALL=C MANWIDTH=200 man -l man7/gdrcache.7 2>/dev/null |
 	sed -n '/^ENVIRONMENT/,/^[A-Z]/p' | grep -o '^       GDRCACHE_[A-Z0-9_]*$' | tr -d ' ' | sort)
 readme=$(sed -n '/^### Configuration/,/^### /p' "$src/README.md" | grep -o '^| `GDRCACHE_[A-Z0-9_]*`' |
 	grep -o 'GDRCACHE_[A-Z0-9_]*' | sort)
-[ -n "$table" ] || { echo "FAIL: no variables in lib/config.c's table"; fail=1; }
+[ -n "$table" ] || { echo "FAIL: no variables in lib/common/config.c's table"; fail=1; }
 if [ "$table" != "$man7" ]; then
-	echo "FAIL: gdrcache(7) lists other variables than lib/config.c:"
+	echo "FAIL: gdrcache(7) lists other variables than lib/common/config.c:"
 	echo "$table" >"$build/man-vars.table"; echo "$man7" >"$build/man-vars.man7"
 	diff "$build/man-vars.table" "$build/man-vars.man7"
 	fail=1
 fi
 if [ "$table" != "$readme" ]; then
-	echo "FAIL: the README's configuration table lists other variables than lib/config.c:"
+	echo "FAIL: the README's configuration table lists other variables than lib/common/config.c:"
 	echo "$table" >"$build/man-vars.table"; echo "$readme" >"$build/man-vars.readme"
 	diff "$build/man-vars.table" "$build/man-vars.readme"
 	fail=1
 fi
-[ $fail = 0 ] && echo "ok: gdrcache(7) and the README list lib/config.c's $(echo "$table" | wc -l) variables"
+[ $fail = 0 ] && echo "ok: gdrcache(7) and the README list lib/common/config.c's $(echo "$table" | wc -l) variables"
 exit $fail

@@ -9,7 +9,7 @@
  *
  * What is not possible: verbs resolved past the process's dlsym (libc's own dlvsym taken from
  * libc.so.6's handle, a dlmopen namespace) are libibverbs' own, and libibverbs' ibv_reg_mr reaches
- * the preload's ibv_reg_mr_iova2 through its PLT: lib/preload/README.md, "Known limits".
+ * the preload's ibv_reg_mr_iova2 through its PLT: preload/README.md, "Known limits".
  *
  * Usage: early_prog --expect cached|disabled|direct   (preload_test.sh, over the fake libibverbs)
  *   disabled: with the preload and GDRCACHE_DISABLE=1: the preload's functions, libibverbs' MRs

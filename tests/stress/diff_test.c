@@ -38,7 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "events.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

@@ -15,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "events.h"
+#include "cache/cache.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

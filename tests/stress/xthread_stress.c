@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "events.h"
+#include "cache/cache.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * SIMULATION of gdrcache.ko's system calls for unit tests of lib/backend_kmod.c (the module itself is
+ * SIMULATION of gdrcache.ko's system calls for unit tests of lib/backend/kmod.c (the module itself is
  * proven in the VM: tests/vm). It checks requests the way the module's ABI says it does (alignment,
  * unknown flags, reserved fields) and counts the malformed ones, so a test proves the library never
  * sends one.

@@ -13,7 +13,10 @@
 #include <infiniband/verbs.h>
 
 #include "gdrcache/uapi.h"
-#include "gdrcache_int.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
+#include "common/defs.h"
+#include "nic/verbs.h"
 
 /* ---- fake backend ---- */
 extern const struct gdr_backend_ops fake_backend_ops;

@@ -3,7 +3,7 @@
 # The library exports exactly the symbols its version script lists: the API (gdr_-prefixed, none of
 # gdrcopy's libgdrapi: a program must be able to link both), and gdr_private_* entry points for tests
 # in GDRCACHE_PRIVATE, nothing else: no dlsym, no CUDA driver name (the free interception patches
-# libcuda's own entries, lib/hooks.c). It has no link-time libcuda, and it is never unloaded.
+# libcuda's own entries, lib/intercept/hooks.c). It has no link-time libcuda, and it is never unloaded.
 set -eu
 lib=$1 map=$2
 tmp=$(mktemp -d)

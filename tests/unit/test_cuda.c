@@ -12,7 +12,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cuda_abi.h"
+#include "cache/cache.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_abi.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

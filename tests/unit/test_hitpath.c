@@ -15,7 +15,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "events.h"
+#include "cache/cache.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

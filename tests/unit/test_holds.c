@@ -31,7 +31,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "events.h"
+#include "cache/cache.h"
+#include "cache/thread.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

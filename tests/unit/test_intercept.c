@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The interception of the driver's free and allocation functions (lib/hooks.c) inside one process,
+ * The interception of the driver's free and allocation functions (lib/intercept/hooks.c) inside one process,
  * against the fake driver, whose exported entries begin with libcuda's real prologue and are
  * patched by the library when it loads the driver:
  *  - a registration made while a free of its buffer is inside the driver is not cached: it waits
@@ -29,8 +29,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cuda_abi.h"
-#include "events.h"
+#include "cache/cache.h"
+#include "cuda/cuda_abi.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

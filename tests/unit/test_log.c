@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Logs never flood (lib/log.c): a call site prints its first GDR_LOG_BURST lines, then one per
+/* Logs never flood (lib/common/log.c): a call site prints its first GDR_LOG_BURST lines, then one per
  * GDR_LOG_INTERVAL_S seconds carrying the count of those suppressed; other sites are not held
  * back by a noisy one; debug lines are not limited. stderr goes to a file and is counted.
  * GDRCACHE_LOG_FILE: lines go to the file (%p: the pid, a child of fork gets its own), appended;
@@ -17,7 +17,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "gdrcache_int.h"
+#include "common/config.h"
+#include "common/log.h"
 
 static FILE *out;
 static int saved_stderr = -1;

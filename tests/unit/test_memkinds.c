@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "cuda_abi.h"
-#include "events.h"
+#include "cuda/cuda_abi.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include "cuda/cuda.h"
 #include "fakes.h"
 
 static void test_host_paths_work(void **state)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The entry patcher (lib/patch.c): assembly targets with libcuda's prologue are patched and reach
+/* The entry patcher (lib/intercept/patch.c): assembly targets with libcuda's prologue are patched and reach
  * the hook by every route, orig behaves as the original, refused entries stay untouched, threads
  * calling a target while it is patched always get a right answer, the fake driver's entries are
  * patched as libcuda's would be, and the decoders accept exactly what they claim. Skips (77) on an
@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "patch.h"
+#include "intercept/patch.h"
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
 int main(void)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Statistics people can use (lib/stats.c): GDRCACHE_STATS=file:PATH (%p the pid, appended to) in
+ * Statistics people can use (lib/cache/stats.c): GDRCACHE_STATS=file:PATH (%p the pid, appended to) in
  * GDRCACHE_STATS_FORMAT json or kv, at gdr_cache_destroy and at exit; a file that cannot be opened
  * falls back to stderr with one warning; GDRCACHE_STATS_SIGNAL installs a handler only when asked,
  * writes the records on the signal and calls the handler installed before it; malformed values

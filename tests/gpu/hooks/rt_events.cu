@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Proof on a real GPU that libgdrcache sees every free a CUDA runtime program makes (lib/hooks.c):
+// Proof on a real GPU that libgdrcache sees every free a CUDA runtime program makes (lib/intercept/hooks.c):
 // cudaMalloc/cudaFree, cudaMallocAsync/cudaFreeAsync, cudaMallocHost/cudaFreeHost, cudaDeviceReset.
 // Run with libgdrcache.so linked or LD_PRELOADed; built with static or shared cudart (run.sh).
 // Prints "frees N seen M" per kind; exit 0 only if every free was seen; 77 without a GPU.

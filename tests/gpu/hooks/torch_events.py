@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Proof on a real GPU that libgdrcache sees every free PyTorch's caching allocator makes (lib/hooks.c).
+# Proof on a real GPU that libgdrcache sees every free PyTorch's caching allocator makes (lib/intercept/hooks.c).
 # Run with LD_PRELOAD=libgdrcache.so (a Python process cannot be linked with it). Compares the
 # segments torch frees (memory_snapshot before/after empty_cache) with the free events seen.
 # Exit 0 only if every freed segment was seen; 77 without a GPU.

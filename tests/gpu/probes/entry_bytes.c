@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Probe (GPU machine): the first 16 bytes of every libcuda entry point lib/hooks.c patches, as
+ * Probe (GPU machine): the first 16 bytes of every libcuda entry point lib/intercept/hooks.c patches, as
  * loaded, before anything patched them, and whether cuGetProcAddress hands out that same address.
  * Build: cc -O2 -o entry_bytes entry_bytes.c -ldl. Prints one line per function.
  */

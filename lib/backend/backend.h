@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Backends: how a GPU range is pinned and registered with a NIC (backend.c chooses one). */
+#ifndef GDR_BACKEND_H
+#define GDR_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+#include "gdrcache.h"
+#include "common/config.h"
+
+/* One pinned range, as a backend made it. */
+struct gdr_be;
+struct gdr_pin {
+	uint64_t base, len;          /* 64 KiB-aligned */
+	int device;                  /* CUDA ordinal of the memory */
+	struct gdr_be *be;           /* the backend that pinned it (its device's) */
+	bool has_kmod;
+	uint64_t kmod_handle;
+	uint32_t page_size, page_count;
+	bool has_dmabuf;
+	int dmabuf_fd;
+	uint64_t dmabuf_offset;
+};
+
+struct gdr_be;
+struct gdr_backend_ops {
+	const char *name;
+	enum gdr_backend id;
+	/* Open the backend; 0, or -ENODEV with *why saying what is missing. */
+	int (*open)(const struct gdr_config *cfg, struct gdr_be **b, const char **why);
+	void (*close)(struct gdr_be *b);
+	/* Pin pin->base/len. 0 or -errno (-ENOMEM / -ENOSPC: out of pinnable space, worth evicting). */
+	int (*pin)(struct gdr_be *b, struct gdr_pin *pin);
+	void (*unpin)(struct gdr_be *b, struct gdr_pin *pin);
+	/* Register [base, base+len) of the pinned range with a NIC (the whole pin, or exactly what a
+	 * remote-access registration asked). 0 or -errno. */
+	int (*reg_mr)(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
+		      uint64_t base, uint64_t len, struct ibv_mr **mr);
+	/* Physical page addresses (kmod); the count, or -errno (-ENOENT when the backend has none). */
+	int (*pages)(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max);
+	/* Whether the kernel has revoked the pin (its memory was freed): a load from memory the
+	 * kernel shares, no system call; safe without the cache lock. */
+	bool (*revoked)(struct gdr_be *b, const struct gdr_pin *pin);
+	/* Whether the backend can pin memory of CUDA device `device` (NULL: every device). 1, or 0
+	 * with *why. */
+	int (*serves)(struct gdr_be *b, int device, const char **why);
+	/* Whether this backend works without a PD (a pin exists before any MR). */
+	bool pins_without_pd;
+	/* Stream-ordered pool memory is pinned as the whole physical chunks of the pool that hold
+	 * the range (the driver exports a dma-buf of pool memory only so: docs/FACTS); else as the
+	 * 64 KiB-aligned range, like other memory. */
+	bool pool_by_chunk;
+};
+/* Every backend embeds this first. */
+struct gdr_be {
+	const struct gdr_backend_ops *ops;
+};
+
+extern const struct gdr_backend_ops gdr_backend_kmod_ops;
+extern const struct gdr_backend_ops gdr_backend_dmabuf_ops;
+extern const struct gdr_backend_ops gdr_backend_peermem_ops;
+/* backend.c: choose and open (cfg->backend, AUTO resolved with the reason logged). */
+int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
+/* For mode AUTO: open the first backend after `primary` in the automatic order that serves CUDA
+ * device `device` (a GPU without dma-buf support next to one with). 0, or -EOPNOTSUPP (logged). */
+int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *primary, int device,
+			   struct gdr_be **b);
+/* Shared default for backends without a page list. */
+int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
+			 uint32_t max);
+/* For backends with no state of their own: a bare struct gdr_be, and its release. */
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why);
+void gdr_backend_free(struct gdr_be *b);
+/* Shared default for backends the kernel never revokes from. */
+bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin);
+/* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */
+struct gdr_kmod_sys {
+	int (*open)(const char *path, int flags);
+	int (*close)(int fd);
+	int (*ioctl)(int fd, unsigned long req, void *arg);
+	void *(*mmap)(size_t len, int fd);
+	int (*munmap)(void *addr, size_t len);
+};
+extern const struct gdr_kmod_sys *gdr_kmod_sys;
+
+#endif /* GDR_BACKEND_H */

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/* The process's caches, as the interception of the driver's frees (lib/intercept/) sees them. */
+#ifndef GDR_CACHE_CACHES_H
+#define GDR_CACHE_CACHES_H
+
+#include <stdint.h>
+#include "common/defs.h"
+
+/* Cache locks this thread holds (a hook must not wait for one then). */
+extern GDR_HIDDEN __thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* Apply pending free events in every cache now, releasing unreferenced pins of freed memory.
+ * Returns the number of pins released. Takes each cache's lock in turn. */
+GDR_HIDDEN uint64_t gdr_caches_apply_events(void);
+/* Release every unreferenced pin of every cache (out-of-memory relief). Returns how many. */
+GDR_HIDDEN uint64_t gdr_caches_relieve(void);
+/* Registrations that waited for a free in flight, summed over caches. */
+GDR_HIDDEN uint64_t gdr_caches_reg_waits(void);
+
+
+#endif /* GDR_CACHE_CACHES_H */

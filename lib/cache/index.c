@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/* The lookup structure: cached entries, never overlapping, in an array sorted by base address
+ * (what the locked path searches and walks), and a hash of their registration records by granule
+ * that the lock-free hit path searches in O(1), changed in place under the cache lock
+ * (index.h says how a reader stays safe). Old hash tables are freed after a grace period
+ * (thread.c), by cache.c. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "cache/index.h"
+
+#define HIX_MIN_BITS 6
+
+
+size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr)
+{
+	size_t lo = 0, hi = ix->n;
+
+	/* First entry whose end is above addr. Entries do not overlap, so ends are sorted too. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct gdr_entry *e = ix->v[mid];
+
+		if (e->base + e->len <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr)
+{
+	size_t i = gdr_index_lower(ix, addr);
+
+	if (i < ix->n && ix->v[i]->base <= addr)
+		return ix->v[i];
+	return NULL;
+}
+
+/* ---- the hash of records ----------------------------------------------------------------------- */
+
+static uint64_t granules(uint64_t start, uint64_t size, unsigned k, uint64_t *first)
+{
+	unsigned shift = gdr_hix_shift(k);
+
+	*first = start >> shift;
+	return ((start + (size ? size : 1) - 1) >> shift) - *first + 1;
+}
+
+static uint64_t record_keys(const struct gdr_region *r, unsigned *k, uint64_t *first)
+{
+	*k = gdr_hix_level(r->size);
+	return granules(r->start, r->size, *k, first);
+}
+
+/* The word of r's slot for granule g of level k. */
+static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g)
+{
+	unsigned shift = gdr_hix_shift(k);
+	uint64_t gs = g << shift, ge = gs + (1ULL << shift), s = r->start, e = r->start + r->size;
+
+	if (s < gs)
+		s = gs;
+	if (e > ge || e <= s)
+		e = ge;
+	return (uint64_t)(uintptr_t)r >> 6 | gdr_hix_part(s, k) << GDR_HIX_PTR_BITS |
+	       gdr_hix_part(e - 1, k) << (GDR_HIX_PTR_BITS + 9);
+}
+
+/* Whether r's address fits a slot's word (52 bits: every user address but x86-64's 5-level
+ * paging above 2^52, where malloc does not go unasked). */
+static bool record_fits(const struct gdr_region *r)
+{
+	return (uint64_t)(uintptr_t)r >> (GDR_HIX_PTR_BITS + 6) == 0;
+}
+
+static struct gdr_hix *hix_alloc(uint32_t bits)
+{
+	size_t size = sizeof(struct gdr_hix) + (sizeof(struct gdr_hslot) << bits);
+	struct gdr_hix *h;
+
+	if (posix_memalign((void **)&h, 64, size))
+		return NULL;
+	memset(h, 0, size);
+	h->bits = bits;
+	return h;
+}
+
+/* Put (key, word) in a free slot (empty or tombstone): the word first, then the key (release). */
+static void hix_put(struct gdr_hix *h, uint64_t key, uint64_t word)
+{
+	uint64_t mask = (1ULL << h->bits) - 1;
+
+	for (uint64_t j = gdr_hix_pos(key, h->bits);; j = (j + 1) & mask) {
+		uint64_t sk = h->v[j].key;
+
+		if (sk != GDR_HIX_EMPTY && sk != GDR_HIX_TOMB)
+			continue;
+		h->dead -= sk == GDR_HIX_TOMB;
+		__atomic_store_n(&h->v[j].word, word, __ATOMIC_RELEASE);
+		__atomic_store_n(&h->v[j].key, key, __ATOMIC_RELEASE);
+		h->used++;
+		return;
+	}
+}
+
+static void hix_put_record(struct gdr_hix *h, struct gdr_region *r)
+{
+	unsigned k;
+	uint64_t g, n = record_keys(r, &k, &g);
+
+	for (uint64_t i = 0; i < n; i++)
+		hix_put(h, ((g + i) << 4 | k) + 2, record_word(r, k, g + i));
+}
+
+/* The levels holding records, most populated first, packed for the lookup. */
+static uint64_t hix_order(const struct gdr_index *ix)
+{
+	unsigned lev[GDR_HIX_LEVELS], n = 0;
+	uint64_t order = 0;
+
+	for (unsigned k = 0; k < GDR_HIX_LEVELS; k++) {
+		unsigned i;
+
+		if (!ix->lev_n[k])
+			continue;
+		for (i = n; i > 0 && ix->lev_n[lev[i - 1]] < ix->lev_n[k]; i--)
+			lev[i] = lev[i - 1];
+		lev[i] = k;
+		n++;
+	}
+	for (unsigned i = n; i > 0; i--)
+		order = order << 4 | lev[i - 1];
+	return order | (uint64_t)n << 60;
+}
+
+static void hix_publish(struct gdr_index *ix)
+{
+	uint64_t order = hix_order(ix);
+
+	if (__atomic_load_n(&ix->hix->order, __ATOMIC_RELAXED) != order)
+		__atomic_store_n(&ix->hix->order, order, __ATOMIC_RELEASE);
+	if (ix->pub && __atomic_load_n(ix->pub, __ATOMIC_RELAXED) != ix->hix)
+		__atomic_store_n(ix->pub, ix->hix, __ATOMIC_RELEASE);
+}
+
+/* Make room for `more` keys: a new table (grown, or without tombstones) when the table would be
+ * more than half full; the old one is retired (the new one is published by the caller). 0 or
+ * -ENOMEM. */
+static int hix_reserve(struct gdr_index *ix, uint64_t more)
+{
+	struct gdr_hix *h = ix->hix, *nh;
+	uint64_t want = (uint64_t)h->used + more;
+	uint32_t bits = HIX_MIN_BITS;
+
+	if ((h->used + h->dead + more) * 2 <= (1ULL << h->bits))
+		return 0;
+	while ((1ULL << bits) < 3 * want)
+		bits++;
+	nh = hix_alloc(bits);
+	if (!nh)
+		return -ENOMEM;
+	for (size_t i = 0; i < ix->n; i++)
+		for (struct gdr_region *r = ix->v[i]->regions; r; r = r->next)
+			if (record_fits(r))
+				hix_put_record(nh, r);
+	nh->order = h->order;
+	ix->hix = nh;
+	h->defer = ix->retired;
+	ix->retired = h;
+	ix->nretired++;
+	return 0;
+}
+
+void gdr_index_add_record(struct gdr_index *ix, struct gdr_region *r)
+{
+	unsigned k;
+	uint64_t g, n = record_keys(r, &k, &g);
+
+	if (!record_fits(r) || hix_reserve(ix, n))
+		return; /* found by the locked path only */
+	hix_put_record(ix->hix, r);
+	ix->lev_n[k]++;
+	hix_publish(ix);
+}
+
+void gdr_index_del_record(struct gdr_index *ix, struct gdr_region *r)
+{
+	struct gdr_hix *h = ix->hix;
+	uint64_t mask = (1ULL << h->bits) - 1;
+	unsigned k;
+	uint64_t g, n = record_keys(r, &k, &g);
+	bool found = false;
+
+	for (uint64_t q = 0; q < n; q++) {
+		uint64_t key = ((g + q) << 4 | k) + 2, word = record_word(r, k, g + q);
+
+		for (uint64_t j = gdr_hix_pos(key, h->bits); h->v[j].key != GDR_HIX_EMPTY;
+		     j = (j + 1) & mask) {
+			if (h->v[j].key == key && h->v[j].word == word) {
+				__atomic_store_n(&h->v[j].key, GDR_HIX_TOMB, __ATOMIC_RELEASE);
+				h->used--;
+				h->dead++;
+				found = true;
+				break;
+			}
+		}
+	}
+	if (found) {
+		ix->lev_n[k]--;
+		hix_publish(ix);
+	}
+}
+
+int gdr_index_init(struct gdr_index *ix, struct gdr_hix **pub)
+{
+	memset(ix, 0, sizeof(*ix));
+	ix->hix = hix_alloc(HIX_MIN_BITS);
+	if (!ix->hix)
+		return -ENOMEM;
+	ix->pub = pub;
+	hix_publish(ix);
+	return 0;
+}
+
+int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
+{
+	size_t i;
+
+	if (ix->n == ix->cap) {
+		size_t cap = ix->cap ? ix->cap * 2 : 64;
+		struct gdr_entry **v = realloc(ix->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		ix->v = v;
+		ix->cap = cap;
+	}
+	i = gdr_index_lower(ix, e->base);
+	memmove(&ix->v[i + 1], &ix->v[i], (ix->n - i) * sizeof(ix->v[0]));
+	ix->v[i] = e;
+	ix->n++;
+	for (struct gdr_region *r = e->regions; r; r = r->next)
+		gdr_index_add_record(ix, r);
+	return 0;
+}
+
+void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e)
+{
+	size_t i = gdr_index_lower(ix, e->base);
+
+	if (i >= ix->n || ix->v[i] != e)
+		return;
+	memmove(&ix->v[i], &ix->v[i + 1], (ix->n - i - 1) * sizeof(ix->v[0]));
+	ix->n--;
+	for (struct gdr_region *r = e->regions; r; r = r->next)
+		gdr_index_del_record(ix, r);
+}
+
+void gdr_index_reclaim(struct gdr_index *ix)
+{
+	struct gdr_hix *h;
+
+	while ((h = ix->retired)) {
+		ix->retired = h->defer;
+		free(h);
+	}
+	ix->nretired = 0;
+}
+
+void gdr_index_free(struct gdr_index *ix)
+{
+	gdr_index_reclaim(ix);
+	free(ix->hix);
+	free(ix->v);
+	memset(ix, 0, sizeof(*ix));
+}
+
+size_t gdr_index_bytes(const struct gdr_index *ix)
+{
+	return ix->cap * sizeof(ix->v[0]) + sizeof(*ix->hix) +
+	       (sizeof(struct gdr_hslot) << ix->hix->bits);
+}

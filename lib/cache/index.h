@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* The cache's index of entries and its lock-free hash of registration records (index.c). */
+#ifndef GDR_CACHE_INDEX_H
+#define GDR_CACHE_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gdr_entry;
+struct gdr_region;
+
+/* index.c: the non-overlapping cached entries, sorted by base (under the lock), and a hash of the
+ * registration records of those entries, which the lock-free hit path searches in O(1), changed in
+ * place under the lock.
+ *
+ * The hash: a record [start, start+size) is put in level k (granule 2^(12+3k): 4 KiB, 32 KiB,
+ * 256 KiB, 2 MiB, ... 512 GiB), the smallest whose granule is at least half its size, once for
+ * every granule it touches (one to three). A slot holds the key (granule, level) and a word: the
+ * record's address and the part of the granule it covers, in 512ths (so that a lookup reads only a
+ * record that may hold the address, where several records share a granule). A lookup of an
+ * address probes, for each level that holds records (most populated first), its key: open
+ * addressing, linear probing, 16-byte slots, at most half full. A slot's word is written before
+ * its key (release) and never changes while the key is there; removal writes a tombstone key. A
+ * reader trusts a record only after checking that it serves the request (its range lies in its
+ * entry's), then checks its state: a torn or stale view can only make it miss, and a miss takes
+ * the locked path. A record leaves the hash before it is retired, and records are reused only
+ * after a grace period (cache.c). Growing or compacting makes a new table; the old one is freed
+ * after a grace period. */
+#define GDR_HIX_LEVELS 10
+#define GDR_HIX_EMPTY 0ULL
+#define GDR_HIX_TOMB 1ULL
+#define GDR_HIX_PTR_BITS 46        /* record address >> 6 (records are 64-byte aligned) */
+struct gdr_hslot {
+	uint64_t key;
+	uint64_t word;             /* record >> 6 | first 512th << 46 | last 512th << 55 */
+};
+struct gdr_hix {
+	uint64_t order;            /* the levels holding records, most populated first: 4 bits
+				      each from bit 0, their number in bits 60..63 (__atomic) */
+	uint32_t bits;             /* 1 << bits slots */
+	uint32_t used, dead;       /* live keys, tombstones (under the lock) */
+	struct gdr_hix *defer;     /* retired: freed after a grace period */
+	struct gdr_hslot v[] __attribute__((aligned(64))); /* four to a cache line */
+};
+struct gdr_index {
+	struct gdr_entry **v;
+	size_t n, cap;
+	struct gdr_hix *hix;       /* never NULL once initialised */
+	struct gdr_hix **pub;      /* where lookups read it: stored with release at every change */
+	struct gdr_hix *retired;   /* old tables a lookup may still read */
+	uint32_t nretired;
+	uint32_t lev_n[GDR_HIX_LEVELS]; /* records per level */
+};
+static inline unsigned gdr_hix_shift(unsigned k)
+{
+	return 12 + 3 * k;
+}
+static inline unsigned gdr_hix_level(uint64_t size)
+{
+	unsigned k = 0;
+
+	while (k < GDR_HIX_LEVELS - 1 && size > (2ULL << gdr_hix_shift(k)))
+		k++;
+	return k;
+}
+static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
+{
+	return ((addr >> gdr_hix_shift(k)) << 4 | k) + 2;
+}
+static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
+{
+	return (key * 0x9e3779b97f4a7c15ULL) >> (64 - bits);
+}
+/* Which 512th of its level-k granule addr lies in. */
+static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)
+{
+	return (addr >> (gdr_hix_shift(k) - 9)) & 511;
+}
+/* The entry whose range holds addr, or NULL. Under the lock. */
+struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
+/* Position of the first entry that ends after addr. */
+size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr);
+int gdr_index_init(struct gdr_index *ix, struct gdr_hix **pub);
+int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e);
+/* Take e out, and its records out of the hash. */
+void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e);
+/* A record of an indexed entry into the hash (out of memory: it is left out, and found by the
+ * locked path only), and out of it. */
+void gdr_index_add_record(struct gdr_index *ix, struct gdr_region *r);
+void gdr_index_del_record(struct gdr_index *ix, struct gdr_region *r);
+/* Free the retired tables: only after a grace period that began after they were retired. */
+void gdr_index_reclaim(struct gdr_index *ix);
+void gdr_index_free(struct gdr_index *ix);
+/* Bytes the index uses now (sorted array and hash). */
+size_t gdr_index_bytes(const struct gdr_index *ix);
+
+#endif /* GDR_CACHE_INDEX_H */

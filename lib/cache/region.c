@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* Accessors of a registration handed out by gdr_reg(). */
+#include <errno.h>
+
+#include "backend/backend.h"
+#include "cache/cache.h"
+#include "common/defs.h"
+#include "common/log.h"
+#include "nic/verbs.h"
+
+static bool held(const struct gdr_region *r)
+{
+	/* A cached record's holds are spread over per-thread counters (thread.c): only its life is
+	 * checked here. Records stay readable while their cache lives (cache.c). */
+	if (!r || __atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
+	    (!r->entry && !__atomic_load_n(&r->refs, __ATOMIC_RELAXED))) {
+		gdr_err("region %p is not a held registration", (const void *)r);
+		return false;
+	}
+	return true;
+}
+
+GDR_EXPORT int gdr_region_mr(const struct gdr_region *r, struct ibv_mr **mr)
+{
+	if (!held(r) || !mr)
+		return -EINVAL;
+	*mr = r->mr;
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_keys(const struct gdr_region *r, uint32_t *lkey, uint32_t *rkey)
+{
+	if (!held(r))
+		return -EINVAL;
+	if (!r->mr)
+		return -ENOENT;
+	gdr_mr_keys(r->mr, lkey, rkey);
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_range(const struct gdr_region *r, uint64_t *base, uint64_t *len)
+{
+	if (!held(r) || !base || !len)
+		return -EINVAL;
+	if (r->entry) {
+		*base = r->entry->base;
+		*len = r->entry->len;
+	} else {
+		gdr_mr_range(r->mr, base, len);
+	}
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_buffer_id(const struct gdr_region *r, uint64_t *buffer_id)
+{
+	if (!held(r) || !buffer_id)
+		return -EINVAL;
+	*buffer_id = r->buffer_id;
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_mem_kind(const struct gdr_region *r, enum gdr_mem_kind *kind)
+{
+	if (!held(r) || !kind)
+		return -EINVAL;
+	*kind = (enum gdr_mem_kind)r->kind;
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_kmod(const struct gdr_region *r, uint64_t *handle, uint32_t *page_size,
+			       uint32_t *page_count)
+{
+	if (!held(r))
+		return -EINVAL;
+	if (!r->entry || !r->entry->pin.has_kmod)
+		return -ENOENT;
+	if (handle)
+		*handle = r->entry->pin.kmod_handle;
+	if (page_size)
+		*page_size = r->entry->pin.page_size;
+	if (page_count)
+		*page_count = r->entry->pin.page_count;
+	return 0;
+}
+
+GDR_EXPORT int gdr_region_pages(const struct gdr_region *r, uint64_t *pages, uint32_t max)
+{
+	struct gdr_be *b;
+
+	if (!held(r) || (!pages && max))
+		return -EINVAL;
+	if (!r->entry)
+		return -ENOENT;
+	b = r->entry->pin.be;
+	return b->ops->pages(b, &r->entry->pin, pages, max);
+}
+
+GDR_EXPORT int gdr_region_dmabuf(const struct gdr_region *r, int *fd, uint64_t *offset)
+{
+	if (!held(r) || !fd || !offset)
+		return -EINVAL;
+	if (!r->entry || !r->entry->pin.has_dmabuf)
+		return -ENOENT;
+	*fd = r->entry->pin.dmabuf_fd;
+	*offset = r->entry->pin.dmabuf_offset;
+	return 0;
+}

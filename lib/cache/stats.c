@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Statistics: counters live in struct gdr_cache; this writes them out, at gdr_cache_destroy, at
+ * exit and on GDRCACHE_STATS_SIGNAL, to stderr or the file of GDRCACHE_STATS=file:PATH, as the
+ * text line, key=value or JSON (GDRCACHE_STATS_FORMAT). Each record is one write(2) on a file
+ * opened for appending, so the records of several processes sharing a file never mix.
+ *
+ * The signal: its handler only writes a byte to a non-blocking pipe (async-signal-safe, no lock,
+ * no allocation), then calls the handler that was installed before it, if any; a thread started
+ * with the handler reads the pipe and writes the records, where taking the caches' locks and
+ * formatting are safe. Formatting inside the handler instead would need the cache's counters
+ * without its lock and a formatter without stdio; a thread costs one blocked read.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "cache/thread.h"
+#include "common/log.h"
+#include "common/output.h"
+#include "intercept/hooks.h"
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gdr_cache *live;
+
+void gdr_stats_pinned(struct gdr_cache *c, int64_t delta)
+{
+	c->st.pinned_bytes += (uint64_t)delta;
+	if (c->st.pinned_bytes > c->st.pinned_bytes_peak)
+		c->st.pinned_bytes_peak = c->st.pinned_bytes;
+}
+
+void gdr_stats_collect(struct gdr_cache *c, struct gdr_cache_stats *s)
+{
+	uint64_t fast, tags;
+
+	*s = c->st;
+	gdr_thr_totals(c, &fast, &tags);
+	s->fast_hits = fast;
+	s->hits += fast;
+	s->tag_checks += tags;
+}
+
+/* ---- One record, formatted ------------------------------------------------------------------ */
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->len >= b->cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	b->len = n < 0 ? b->cap : b->len + (size_t)n;
+}
+
+static void put_json_str(struct buf *b, const char *s)
+{
+	put(b, "\"");
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			put(b, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			put(b, "\\u%04x", *s);
+		else
+			put(b, "%c", *s);
+	}
+	put(b, "\"");
+}
+
+/* A kv value: as it is when it has no blank, quote or backslash; else quoted and escaped. */
+static void put_kv_str(struct buf *b, const char *s)
+{
+	if (*s && !strpbrk(s, " \t\n\"\\="))
+		put(b, "%s", s);
+	else
+		put_json_str(b, s);
+}
+
+/* Where records go: the file (opened per record: *close_it), or 2 when it cannot be (said once). */
+static int stats_fd(const struct gdr_output *o, bool *close_it)
+{
+	char path[4096];
+	int fd, err;
+
+	*close_it = false;
+	if (!o->stats_file[0])
+		return 2;
+	err = gdr_path_expand(o->stats_file, path, sizeof(path));
+	if (!err) {
+		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			*close_it = true;
+			return fd;
+		}
+		err = -errno;
+	}
+	gdr_log_once(GDR_LOG_WARN, "GDRCACHE_STATS=file:%s cannot be opened (%s): statistics go to "
+		     "stderr", o->stats_file, strerror(-err));
+	return 2;
+}
+
+/* b, one line or several, in one write(2). */
+static void stats_write(const struct gdr_output *o, struct buf *b)
+{
+	bool close_it;
+	int fd;
+
+	if (b->len >= b->cap) { /* cannot happen with today's fields: keep the record whole lines */
+		b->len = b->cap - 1;
+		b->p[b->len - 1] = '\n';
+	}
+	fd = stats_fd(o, &close_it);
+	(void)!write(fd, b->p, b->len);
+	if (close_it)
+		close(fd);
+}
+
+void gdr_stats_emit(const char *source, const char *why, const char *prefix, const char *head,
+		    const struct gdr_stat *v, unsigned n)
+{
+	const struct gdr_output *o = gdr_config_output();
+	int format = o->stats_format;
+	char stack[8192], when[40];
+	struct buf b = { stack, 0, sizeof(stack) };
+	struct timespec ts;
+	struct tm tm;
+
+	if (format == GDR_STATS_AUTO)
+		format = o->stats_file[0] ? GDR_STATS_JSON : GDR_STATS_TEXT;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + strlen(when), sizeof(when) - strlen(when), ".%03ldZ", ts.tv_nsec / 1000000);
+
+	if (format == GDR_STATS_TEXT) {
+		put(&b, "%s[%d] stats%s:", prefix, (int)getpid(), head);
+		for (unsigned i = 0; i < n; i++)
+			if (!v[i].str)
+				put(&b, " %s %" PRIu64, v[i].key, v[i].num);
+		put(&b, "\n");
+	} else if (format == GDR_STATS_KV) {
+		put(&b, "gdrcache_stats source=%s why=", source);
+		put_kv_str(&b, why);
+		put(&b, " pid=%d time=%s", (int)getpid(), when);
+		for (unsigned i = 0; i < n; i++) {
+			put(&b, " %s=", v[i].key);
+			if (v[i].str)
+				put_kv_str(&b, v[i].str);
+			else
+				put(&b, "%" PRIu64, v[i].num);
+		}
+		put(&b, "\n");
+	} else {
+		put(&b, "{\"source\": \"%s\", \"why\": \"%s\", \"pid\": %d, \"time\": \"%s\"", source,
+		    why, (int)getpid(), when);
+		for (unsigned i = 0; i < n; i++) {
+			put(&b, ", \"%s\": ", v[i].key);
+			if (v[i].str)
+				put_json_str(&b, v[i].str);
+			else
+				put(&b, "%" PRIu64, v[i].num);
+		}
+		put(&b, "}\n");
+	}
+	stats_write(o, &b);
+}
+
+/* ---- A cache's record ----------------------------------------------------------------------- */
+
+void gdr_stats_print(struct gdr_cache *c, const char *why)
+{
+	struct gdr_cache_stats st, *s = &st;
+	char icpt[512];
+	uint64_t exact_mrs, exact_replaced;
+
+	pthread_mutex_lock(&c->lock);
+	gdr_stats_collect(c, s);
+	pthread_mutex_unlock(&c->lock);
+	exact_mrs = __atomic_load_n(&c->exact_mrs, __ATOMIC_RELAXED);
+	exact_replaced = __atomic_load_n(&c->exact_replaced, __ATOMIC_RELAXED);
+	gdr_hooks_stats_line(icpt, sizeof(icpt));
+
+	const struct gdr_stat v[] = {
+		{ "backend", c->backend->ops->name, 0 },
+		{ "validate", c->validator->name, 0 },
+		{ "hits", NULL, s->hits },
+		{ "misses", NULL, s->misses },
+		{ "stale", NULL, s->stale },
+		{ "evictions", NULL, s->evictions },
+		{ "pins", NULL, s->pins },
+		{ "unpins", NULL, s->unpins },
+		{ "pinned_bytes", NULL, s->pinned_bytes },
+		{ "peak", NULL, s->pinned_bytes_peak },
+		{ "entries", NULL, s->entries },
+		{ "passthrough", NULL, s->passthrough },
+		{ "tag_checks", NULL, s->tag_checks },
+		{ "revoked", NULL, s->revoked },
+		{ "sync_memops", NULL, s->sync_memops_set },
+		{ "sync_memops_ctx", NULL, s->sync_memops_ctx },
+		{ "sync_memops_unavailable", NULL, s->sync_memops_unavailable },
+		{ "fail_pin", NULL, s->fail_pin },
+		{ "fail_pin_retried", NULL, s->fail_pin_retried },
+		{ "fail_mr", NULL, s->fail_mr },
+		{ "fail_cuda", NULL, s->fail_cuda },
+		{ "fail_input", NULL, s->fail_input },
+		{ "refused_managed", NULL, s->refused_managed },
+		{ "overlap_merged", NULL, s->overlap_merged },
+		{ "detached", NULL, s->detached },
+		{ "fast_hits", NULL, s->fast_hits },
+		{ "events", NULL, s->events },
+		{ "events_lost", NULL, s->events_lost },
+		/* Past this point the text form has lines of its own (below). */
+		{ "exact_mrs", NULL, exact_mrs },
+		{ "exact_replaced", NULL, exact_replaced },
+		{ "interception", icpt, 0 },
+	};
+	const unsigned n = sizeof(v) / sizeof(v[0]);
+	const struct gdr_output *o = gdr_config_output();
+	bool text = o->stats_format == GDR_STATS_TEXT ||
+		    (o->stats_format == GDR_STATS_AUTO && !o->stats_file[0]);
+
+	if (!text) {
+		gdr_stats_emit("cache", why, "gdrcache", "", v, n);
+		return;
+	}
+	/* The text form: three lines (as they always were), one write. */
+	{
+		char stack[4096];
+		struct buf b = { stack, 0, sizeof(stack) };
+		int pid = (int)getpid();
+
+		put(&b, "gdrcache[%d] stats (%s, backend %s, validate %s):", pid, why,
+		    c->backend->ops->name, c->validator->name);
+		for (unsigned i = 2; i < n - 3; i++)
+			put(&b, " %s %" PRIu64, v[i].key, v[i].num);
+		put(&b, "\ngdrcache[%d] remote-access MRs of exact ranges %" PRIu64 ", entries replaced "
+		    "for holding too many %" PRIu64 "\ngdrcache[%d] interception: %s\n", pid, exact_mrs,
+		    exact_replaced, pid, icpt);
+		stats_write(o, &b);
+	}
+}
+
+/* ---- Which caches, when --------------------------------------------------------------------- */
+
+static void (*signal_fns[4])(const char *why);
+
+int gdr_stats_on_signal(void (*fn)(const char *why))
+{
+	int rc = -ENOSPC;
+
+	pthread_mutex_lock(&live_lock);
+	for (unsigned i = 0; i < sizeof(signal_fns) / sizeof(signal_fns[0]); i++) {
+		if (!signal_fns[i] || signal_fns[i] == fn) {
+			signal_fns[i] = fn;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+	return rc;
+}
+
+static void print_live(const char *why, bool others)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct gdr_cache *c = live; c; c = c->next_live)
+		gdr_stats_print(c, why);
+	for (unsigned i = 0; others && i < sizeof(signal_fns) / sizeof(signal_fns[0]); i++)
+		if (signal_fns[i])
+			signal_fns[i](why);
+	pthread_mutex_unlock(&live_lock);
+}
+
+static void print_live_at_exit(void)
+{
+	print_live("at exit", false);
+}
+
+static int sig_pipe[2] = { -1, -1 };
+static struct sigaction sig_prev;
+static pid_t sig_pid; /* the process whose thread reads the pipe (not a child of fork) */
+
+static void on_signal(int sig, siginfo_t *info, void *uc)
+{
+	int saved = errno;
+
+	if (getpid() == sig_pid)
+		(void)!write(sig_pipe[1], "s", 1); /* full: a dump is pending anyway */
+	errno = saved;
+	if ((sig_prev.sa_flags & SA_SIGINFO) && sig_prev.sa_sigaction)
+		sig_prev.sa_sigaction(sig, info, uc);
+	else if (!(sig_prev.sa_flags & SA_SIGINFO) && sig_prev.sa_handler != SIG_DFL &&
+		 sig_prev.sa_handler != SIG_IGN)
+		sig_prev.sa_handler(sig);
+}
+
+static void *signal_thread(void *arg)
+{
+	char bytes[64];
+
+	(void)arg;
+	for (;;) {
+		ssize_t n = read(sig_pipe[0], bytes, sizeof(bytes));
+
+		if (n > 0)
+			print_live("signal", true);
+		else if (n < 0 && errno != EINTR)
+			return NULL;
+	}
+}
+
+/* The handler and its thread, once, if GDRCACHE_STATS_SIGNAL asks for them. */
+static void signal_setup(void)
+{
+	const struct gdr_output *o = gdr_config_output();
+	struct sigaction sa;
+	sigset_t all, old;
+	pthread_t t;
+	int rc;
+
+	if (!o->stats_signal)
+		return;
+	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
+		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal", strerror(errno));
+		return;
+	}
+	/* The reader blocks; only the writer (the handler) must never. */
+	fcntl(sig_pipe[0], F_SETFL, fcntl(sig_pipe[0], F_GETFL) & ~O_NONBLOCK);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes none of the program's signals */
+	rc = pthread_create(&t, NULL, signal_thread, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		gdr_err("GDRCACHE_STATS_SIGNAL: no thread (%s): no statistics on the signal",
+			strerror(rc));
+		return;
+	}
+	pthread_detach(t);
+	sig_pid = getpid();
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(o->stats_signal, &sa, &sig_prev);
+	gdr_dbg("statistics on signal %d", o->stats_signal);
+}
+
+static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
+
+/* For the preload: its records on the signal too (no cache needed). */
+void gdr_stats_signal_setup(void)
+{
+	pthread_once(&signal_once, signal_setup);
+}
+
+void gdr_stats_track(struct gdr_cache *c)
+{
+	static bool registered;
+
+	if (!c->cfg.stats)
+		return;
+	gdr_stats_signal_setup();
+	pthread_mutex_lock(&live_lock);
+	if (!registered) {
+		registered = true;
+		atexit(print_live_at_exit);
+	}
+	c->next_live = live;
+	live = c;
+	pthread_mutex_unlock(&live_lock);
+}
+
+void gdr_stats_untrack(struct gdr_cache *c)
+{
+	if (!c->cfg.stats)
+		return;
+	pthread_mutex_lock(&live_lock);
+	for (struct gdr_cache **p = &live; *p; p = &(*p)->next_live) {
+		if (*p == c) {
+			*p = c->next_live;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+	gdr_stats_print(c, "destroy");
+}

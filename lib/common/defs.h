@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* What every file of the library shares: symbol visibility and the sizes the cache is built around. */
+#ifndef GDR_COMMON_DEFS_H
+#define GDR_COMMON_DEFS_H
+
+#include <stdint.h>
+
+#include "gdrcache.h"
+
+#define GDR_EXPORT __attribute__((visibility("default")))
+#define GDR_GPU_PAGE (64ULL * 1024)
+#define GDR_ALIGN_DOWN(x) ((x) & ~(GDR_GPU_PAGE - 1))
+#define GDR_ALIGN_UP(x) (((x) + GDR_GPU_PAGE - 1) & ~(GDR_GPU_PAGE - 1))
+/* ibv_access_flags that let a remote peer reach the memory: REMOTE_WRITE, _READ, _ATOMIC, MW_BIND
+ * (a window can be bound anywhere in its MR). Such registrations get an MR of exactly their range. */
+#define GDR_IBV_ACCESS_REMOTE (0x2 | 0x4 | 0x8 | 0x10)
+/* Exact (remote-access) records an entry keeps before it is replaced. */
+#define GDR_EXACT_PER_ENTRY 32
+/* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
+#define GDR_MAX_TAGS 64
+#define GDR_MAX_DEVICES 64       /* CUDA devices a cache tells apart */
+#define GDR_HIDDEN __attribute__((visibility("hidden")))
+
+#endif /* GDR_COMMON_DEFS_H */

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Logging: one macro with levels (log.h), for the library, the preload and the tool,
+ * written to stderr or GDRCACHE_LOG_FILE (appended to, %p the pid) as
+ *   gdrcache[PID:TID] YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL: message (function:line)
+ * Each line is one write(2), so lines of several threads or processes sharing a file never mix. A
+ * file that cannot be opened is said once on stderr, and lines go to stderr instead.
+ *
+ * Lines never flood: each call site (function and line) prints its first GDR_LOG_BURST lines, then
+ * at most one line per GDR_LOG_INTERVAL_S seconds, which says how many like it were suppressed
+ * since the last one printed. Debug lines are not limited (asked for explicitly). A registration
+ * refused thousands of times a second (pool memory the driver will not export, say) costs the
+ * log a few lines a minute.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/output.h"
+
+int gdr_log_level = GDR_LOG_WARN;
+
+static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };
+
+#define SITES 256 /* call sites tracked; past that, lines are not limited */
+
+static struct site {
+	const char *func;
+	int line;
+	uint32_t printed;    /* lines printed, up to GDR_LOG_BURST */
+	uint64_t last_ns;    /* when the last one was printed */
+	uint64_t suppressed; /* since then */
+} sites[SITES];
+static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether this line of func:line may be printed; *suppressed: how many were not, since the last. */
+static bool site_allows(const char *func, int line, uint64_t *suppressed)
+{
+	size_t h = ((uintptr_t)func >> 4 ^ (size_t)line * 2654435761u) % SITES;
+	uint64_t now = now_ns();
+	bool ok = true;
+
+	*suppressed = 0;
+	pthread_mutex_lock(&sites_lock);
+	for (size_t i = 0; i < SITES; i++) {
+		struct site *s = &sites[(h + i) % SITES];
+
+		if (!s->func) {
+			s->func = func;
+			s->line = line;
+		} else if (s->func != func || s->line != line) {
+			continue;
+		}
+		if (s->printed < GDR_LOG_BURST) {
+			s->printed++;
+		} else if (now - s->last_ns >= (uint64_t)GDR_LOG_INTERVAL_S * 1000000000u) {
+			*suppressed = s->suppressed;
+			s->suppressed = 0;
+		} else {
+			s->suppressed++;
+			ok = false;
+		}
+		if (ok)
+			s->last_ns = now;
+		break;
+	}
+	pthread_mutex_unlock(&sites_lock);
+	return ok;
+}
+
+/* The fd lines go to: GDRCACHE_LOG_FILE's, opened on first use (again in a child of fork when the
+ * name has the pid in it), or 2. */
+static int log_fd(void)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static int fd = -1;
+	static pid_t owner;
+	static bool failed;
+	const char *tmpl = gdr_config_log_file();
+	char path[4096];
+	int ret = 2;
+
+	if (!tmpl || !*tmpl)
+		return 2;
+	pthread_mutex_lock(&lock);
+	if (fd >= 0 && owner != getpid() && strstr(tmpl, "%p")) {
+		close(fd);
+		fd = -1;
+		failed = false;
+	}
+	if (fd < 0 && !failed) {
+		int err = gdr_path_expand(tmpl, path, sizeof(path));
+
+		if (!err) {
+			fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+			err = fd < 0 ? errno : 0;
+		}
+		if (err) {
+			char msg[512];
+			int n = snprintf(msg, sizeof(msg),
+					 "gdrcache[%d] warn: GDRCACHE_LOG_FILE=%s cannot be opened (%s): "
+					 "logging to stderr\n", (int)getpid(), tmpl, strerror(err < 0 ? -err : err));
+
+			if (n > 0)
+				(void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+			failed = true;
+		}
+		owner = getpid();
+	}
+	if (fd >= 0)
+		ret = fd;
+	pthread_mutex_unlock(&lock);
+	return ret;
+}
+
+void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_list ap)
+{
+	const char *name = level >= 0 && level <= GDR_LOG_DEBUG ? level_names[level] : "?";
+	int saved = errno, n;
+	uint64_t suppressed = 0;
+	char msg[512], more[64] = "", when[32], out[768];
+	struct timespec ts;
+	struct tm tm;
+
+	if (level < GDR_LOG_DEBUG && !site_allows(func, line, &suppressed)) {
+		errno = saved;
+		return;
+	}
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (suppressed)
+		snprintf(more, sizeof(more), "; %llu more like this suppressed",
+			 (unsigned long long)suppressed);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d%s)\n", (int)getpid(),
+		     (long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name, msg, func, line, more);
+	if (n >= (int)sizeof(out)) { /* cut: still one line */
+		n = sizeof(out) - 1;
+		out[n - 1] = '\n';
+	}
+	if (n > 0)
+		(void)!write(log_fd(), out, (size_t)n);
+	errno = saved;
+}
+
+void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	gdr_log_vwrite(level, func, line, fmt, ap);
+	va_end(ap);
+}

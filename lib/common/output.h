@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* Where logs and statistics go: the settings config.c parses for log.c and stats.c, and the
+ * statistics records stats.c writes (for the caches, the interception and the preload). */
+#ifndef GDR_OUTPUT_H
+#define GDR_OUTPUT_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum gdr_stats_format {
+	GDR_STATS_AUTO = 0, /* text on stderr, json in a file */
+	GDR_STATS_TEXT = 1, /* the human line: "gdrcache[PID] stats (...): key value ..." */
+	GDR_STATS_KV = 2,   /* one line "gdrcache_stats key=value ..." */
+	GDR_STATS_JSON = 3, /* one JSON object a line (JSON Lines) */
+};
+
+struct gdr_output {
+	char log_file[256];   /* GDRCACHE_LOG_FILE; "": stderr; %p: the pid */
+	bool log_file_ready;  /* log_file was parsed (__atomic: log.c may run meanwhile) */
+	bool log_set;         /* GDRCACHE_LOG is set and not empty */
+	char stats_file[256]; /* GDRCACHE_STATS=file:PATH; "": stderr */
+	int stats_format;     /* enum gdr_stats_format (GDRCACHE_STATS_FORMAT) */
+	int stats_signal;     /* GDRCACHE_STATS_SIGNAL; 0: none */
+	bool disable;         /* GDRCACHE_DISABLE (the preload's pass-through) */
+};
+/* The settings, parsed with the rest of the configuration (config.c). */
+const struct gdr_output *gdr_config_output(void);
+/* GDRCACHE_LOG_FILE once parsed, else NULL (never reads the environment: log.c's own calls). */
+const char *gdr_config_log_file(void);
+/* tmpl with %p replaced by the pid and %% by %. 0, or -ENAMETOOLONG. */
+int gdr_path_expand(const char *tmpl, char *buf, size_t n);
+
+/* log.c: gdr_log_write with a va_list (the preload's lines, private.h). */
+void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_list ap);
+
+/* One value of a statistics record: a number, or a string when str is not NULL. */
+struct gdr_stat {
+	const char *key;
+	const char *str;
+	uint64_t num;
+};
+/*
+ * Write one record where GDRCACHE_STATS says, in GDRCACHE_STATS_FORMAT, with one write(2):
+ * source names what it describes ("cache", "preload"), why when ("exit", "destroy", "signal").
+ * The text form is "PREFIX[PID] stats HEAD: key value ..." (its strings only in HEAD); kv and json
+ * carry every value with source, why, pid and time.
+ */
+void gdr_stats_emit(const char *source, const char *why, const char *prefix, const char *head,
+		    const struct gdr_stat *v, unsigned n);
+/* fn(why) is called for every statistics dump of the process on GDRCACHE_STATS_SIGNAL. */
+int gdr_stats_on_signal(void (*fn)(const char *why));
+/* Installs GDRCACHE_STATS_SIGNAL's handler and its thread, once, if the variable is set. */
+void gdr_stats_signal_setup(void);
+
+#endif /* GDR_OUTPUT_H */

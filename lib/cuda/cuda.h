@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA driver, loaded at run time (cuda.c): all the library asks of it. */
+#ifndef GDR_CUDA_H
+#define GDR_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "cuda/cuda_abi.h"
+#include "common/defs.h"
+
+struct gdr_ptr_info {
+	int mem_type;          /* CUmemorytype, 0 when CUDA does not know the pointer */
+	bool managed;
+	int device;            /* ordinal */
+	uint64_t buffer_id;
+	uint64_t start, size;  /* the allocation (or VMM mapping) holding the pointer */
+	uint64_t alloc_start, alloc_size; /* RANGE_*: the whole allocation (a VMM reservation) */
+	uint64_t map_start, map_size; /* MAPPING_*: the physical chunk holding it (0: unknown) */
+	bool pool;             /* stream-ordered pool memory (MEMPOOL_HANDLE set) */
+};
+/* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
+int gdr_cuda_load(void);
+/* One cuPointerGetAttributes query. 0 (mem_type 0 = unknown to CUDA), -ENODEV, -EIO. */
+int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info);
+/* MAPPING_BASE_ADDR / MAPPING_SIZE of addr: the physical chunk holding it. 0, -EIO, -ENODEV. */
+int gdr_cuda_mapping(uint64_t addr, uint64_t *base, uint64_t *size);
+/* cuPointerGetAttribute(BUFFER_ID). 0, -ESTALE (CUDA no longer knows the address), -EIO. */
+int gdr_cuda_buffer_id(uint64_t addr, uint64_t *id);
+/* SYNC_MEMOPS on the allocation. 0, -EOPNOTSUPP (NOT_SUPPORTED: VMM memory), -EIO. */
+int gdr_cuda_set_sync_memops(uint64_t addr);
+/* CU_CTX_SYNC_MEMOPS on the current context (the device's primary context on a thread with none),
+ * once per context. 1 (set now), 0 (set before), -EOPNOTSUPP (driver without cuCtxSetFlags),
+ * -ENXIO (no context to be had), -EIO. */
+int gdr_cuda_ctx_sync_memops(int device);
+/* cuMemGetHandleForAddressRange(DMA_BUF_FD), in the device's primary context when the calling
+ * thread has none. 0 and *fd, or -errno. */
+int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd);
+/* cuDeviceGetAttribute. 0 or -errno. */
+int gdr_cuda_device_attr(int device, int attr, int *value);
+/* CUDA devices (cuDeviceGetCount); 0 without a driver. */
+int gdr_cuda_device_count(void);
+/* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
+GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
+/* Make the device's primary context current on a thread that has none or another device's (an
+ * opaque token for gdr_cuda_context_return; NULL with *err -ENXIO or -ENOMEM when it could not) /
+ * undo it. */
+GDR_HIDDEN void *gdr_cuda_context_borrow(int device, int *err);
+GDR_HIDDEN void gdr_cuda_context_return(void *borrowed);
+/* After a context was destroyed: forget which contexts have CU_CTX_SYNC_MEMOPS. */
+GDR_HIDDEN void gdr_cuda_contexts_changed(void);
+/* Whether the device's primary context is active: 1, 0, or -1 (cannot tell). */
+GDR_HIDDEN int gdr_cuda_primary_active(gdr_CUdevice dev);
+
+
+#endif /* GDR_CUDA_H */

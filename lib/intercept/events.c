@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The free-event ring and the table of frees in flight (events.h). Ring producers are the hooks of
+ * the driver's free and allocation functions, on any thread, possibly many at once: a producer
+ * reserves a number with one fetch-add on `head`, writes its slot, then publishes the slot's
+ * sequence. Consumers (caches, under their own lock) read a slot whose sequence is theirs, then
+ * check that no producer of a later lap has reserved it since.
+ */
+#include <errno.h>
+#include <pthread.h>
+
+#include "intercept/events.h"
+
+struct slot {
+	uint64_t seq;   /* number of the event stored + 1; 0: never written */
+	uint64_t start, len;
+	uint32_t kind;
+};
+
+static struct {
+	uint64_t head __attribute__((aligned(64)));
+	char pad[56];
+	struct slot ring[GDR_EVENTS_RING] __attribute__((aligned(64)));
+} ev;
+
+void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
+{
+	uint64_t n = __atomic_fetch_add(&ev.head, 1, __ATOMIC_ACQ_REL);
+	struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
+
+	/* Release stores: a consumer that reads any of them also sees `head` past n (see below). */
+	__atomic_store_n(&s->start, start, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->len, len, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->kind, kind, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->seq, n + 1, __ATOMIC_RELEASE);
+}
+
+void gdr_events_push(uint64_t start, uint64_t len)
+{
+	gdr_events_push_kind(GDR_EV_FREE, start, len);
+}
+
+uint64_t gdr_events_head(void)
+{
+	return __atomic_load_n(&ev.head, __ATOMIC_ACQUIRE);
+}
+
+int gdr_events_get(uint64_t seq, struct gdr_event *out)
+{
+	struct slot *s = &ev.ring[seq & (GDR_EVENTS_RING - 1)];
+	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+
+	if (q != seq + 1)
+		return q > seq + 1 || gdr_events_head() - seq > GDR_EVENTS_RING ? -ERANGE : -EAGAIN;
+	out->start = __atomic_load_n(&s->start, __ATOMIC_ACQUIRE);
+	out->len = __atomic_load_n(&s->len, __ATOMIC_ACQUIRE);
+	out->kind = __atomic_load_n(&s->kind, __ATOMIC_ACQUIRE);
+	/* A producer of a later lap (number seq + RING or more) reserved before it wrote: if what
+	 * was read is its, head shows it. */
+	if (gdr_events_head() - seq > GDR_EVENTS_RING)
+		return -ERANGE;
+	return 0;
+}
+
+/* ---- Frees in flight ---------------------------------------------------------------------------
+ * A slot is claimed (state 1) by compare-and-swap, filled, then published (state 2); a reader that
+ * finds a slot claimed but not yet published cannot know its range and takes it as "everything".
+ * When every slot is taken the free counts in `overflow`, which also means "everything". All
+ * accesses are sequentially consistent: a registration's check (a load) after it classified
+ * memory must see a free announced (a store) before that free reached the driver. */
+
+enum { IF_FREE = 0, IF_CLAIMED = 1, IF_PUBLISHED = 2 };
+
+static struct {
+	uint32_t state;
+	uint64_t start, len;
+} inflight[GDR_INFLIGHT_SLOTS];
+static uint32_t overflow;
+
+int gdr_events_free_begin(uint64_t start, uint64_t len)
+{
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
+		uint32_t st = IF_FREE;
+
+		if (__atomic_load_n(&inflight[i].state, __ATOMIC_RELAXED) != IF_FREE ||
+		    !__atomic_compare_exchange_n(&inflight[i].state, &st, IF_CLAIMED, false,
+						 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			continue;
+		__atomic_store_n(&inflight[i].start, start, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&inflight[i].len, len, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&inflight[i].state, IF_PUBLISHED, __ATOMIC_SEQ_CST);
+		return (int)i;
+	}
+	__atomic_add_fetch(&overflow, 1, __ATOMIC_SEQ_CST);
+	return -1;
+}
+
+void gdr_events_free_end(int token)
+{
+	if (token < 0)
+		__atomic_sub_fetch(&overflow, 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_store_n(&inflight[token].state, IF_FREE, __ATOMIC_SEQ_CST);
+}
+
+bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
+			 const void *arg)
+{
+	if (__atomic_load_n(&overflow, __ATOMIC_SEQ_CST))
+		return true;
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
+		uint32_t st = __atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST);
+		uint64_t start, len;
+
+		if (st == IF_FREE)
+			continue;
+		if (st == IF_CLAIMED)
+			return true;
+		start = __atomic_load_n(&inflight[i].start, __ATOMIC_SEQ_CST);
+		len = __atomic_load_n(&inflight[i].len, __ATOMIC_SEQ_CST);
+		/* Slot reused meanwhile: the range read may be torn; take it as everything. */
+		if (__atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_PUBLISHED)
+			return true;
+		if (len == GDR_EVENT_ALL_LEN || overlaps(start, len, arg))
+			return true;
+	}
+	return false;
+}
+
+unsigned gdr_events_inflight_count(void)
+{
+	unsigned n = __atomic_load_n(&overflow, __ATOMIC_SEQ_CST);
+
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++)
+		n += __atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_FREE;
+	return n;
+}
+
+/* fork(): the child has only the forking thread. A slot another thread had reserved but not yet
+ * written would never be written (a drain would wait for it for ever), and a free another thread
+ * had announced would never end (registrations would wait for ever): the child writes such slots
+ * as "everything freed" (every cache drops all it holds, which is right: the child cannot use the
+ * parent's CUDA context anyway) and clears the announcements. */
+static void events_fork_child(void)
+{
+	uint64_t head = __atomic_load_n(&ev.head, __ATOMIC_RELAXED);
+
+	for (uint64_t n = head > GDR_EVENTS_RING ? head - GDR_EVENTS_RING : 0; n < head; n++) {
+		struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
+
+		if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) != n + 1) {
+			s->start = 0;
+			s->len = GDR_EVENT_ALL_LEN;
+			s->kind = GDR_EV_FREE;
+			__atomic_store_n(&s->seq, n + 1, __ATOMIC_RELEASE);
+		}
+	}
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++)
+		__atomic_store_n(&inflight[i].state, IF_FREE, __ATOMIC_RELAXED);
+	__atomic_store_n(&overflow, 0, __ATOMIC_RELAXED);
+}
+
+static void __attribute__((constructor)) events_init(void)
+{
+	pthread_atfork(NULL, NULL, events_fork_child);
+}
+
+int (*gdr_events_prober)(const char **why) = gdr_events_probe;

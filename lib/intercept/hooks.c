@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Free events from the CUDA driver: the entries of libcuda's exported free and allocation
+ * functions are patched (patch.c) to run the hooks below, and the start-up probe proves it.
+ *
+ * Why the entry, measured on the H100 (FACTS.md): the CUDA runtime (static and shared) and
+ * PyTorch reach the driver through cuGetProcAddress, never through the exported symbols, and
+ * what cuGetProcAddress hands out is the exported function's own address. So code at the entry
+ * of libcuda's exported free functions is reached by every route: direct calls, dlsym,
+ * cuGetProcAddress (v1 and v2, every flags variant), pointers resolved before libgdrcache was
+ * loaded, and whatever way libgdrcache itself was loaded (linked into the executable or into a
+ * library it links, dlopen'ed before or after CUDA was initialised, through Python's ctypes,
+ * preloaded). The alternatives measured were worse: a dlsym interposer works only where
+ * libgdrcache's dlsym is first in the global scope; CUPTI's callbacks see every route but allow
+ * one subscriber per process, so the library and a profiler would exclude each other.
+ *
+ * A free hook, on the calling thread:
+ *  1. announces the free in flight (events.h) and publishes the event: caches drop what they
+ *     hold of the range before anything else, and no registration can cache the range while
+ *     the driver frees it;
+ *  2. releases every unreferenced pin of the range in every cache (dma-buf closed, module pin
+ *     unpinned, MR deregistered), so the driver's free really returns the memory: an open
+ *     dma-buf keeps freed GPU memory allocated (FACTS.md). A pin still held by a registration
+ *     the program has not released goes at its last gdr_dereg;
+ *  3. calls the driver, then withdraws the announcement.
+ * Step 2 takes each cache's lock. No thread ever waits on the driver while this thread holds
+ * something it needs: the hook holds no lock when it calls the driver, and a cache's lock holder
+ * only calls driver functions that do not free. It is skipped (left to the lock's holder, or to
+ * this thread once the driver returned) where waiting could deadlock: when this thread already
+ * holds a cache lock (the library itself called the driver), and in a hook nested in another
+ * hook's driver call (the driver calling its own exported function while holding its locks).
+ *
+ * An allocation hook calls the driver; on CUDA_ERROR_OUT_OF_MEMORY it releases every
+ * unreferenced pin of every cache and retries once (in every validation mode). A successful
+ * allocation publishes its range (GDR_EV_ALLOC): no cached tag can rightly overlap memory the
+ * driver just handed out, which also catches VA reuse after frees the driver makes on its own
+ * (stream-ordered frees completing later, graph memory nodes).
+ *
+ * What it cannot see: a libcuda whose entry bytes the patcher does not fully decode (then the
+ * probe fails, says why once at warn, and the caches check tags), frees the driver makes on its
+ * own without a later intercepted allocation at that address (graph memory nodes freeing into a
+ * pool that is then reused by a graph), process teardown.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/caches.h"
+#include "common/defs.h"
+#include "common/log.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_abi.h"
+#include "intercept/events.h"
+#include "intercept/hooks.h"
+#include "intercept/patch.h"
+
+#define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* Hooks this thread is inside (nested: the driver called its own exported entry point). */
+static GDR_TLS int hook_depth;
+
+static struct {
+	uint64_t frees[GDR_FREE_ROUTES];
+	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns;
+} hs;
+
+/* Releases left for later (nested or lock-holding callers): done at the end of the outer hook or
+ * by the next cache_unlock (cache.c reads it). */
+int gdr_hooks_release_pending;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- Free hooks ---------------------------------------------------------------------------------- */
+
+struct free_scope {
+	int token;
+	uint64_t t0;
+};
+
+static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_t len)
+{
+	fs->t0 = now_ns();
+	hook_depth++;
+	fs->token = gdr_events_free_begin(start, len);
+	gdr_events_push(start, len);
+	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
+	if (hook_depth == 1 && !gdr_cache_locks_held) {
+		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
+	} else {
+		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+	}
+	fs->t0 = now_ns() - fs->t0;
+}
+
+static void free_end(struct free_scope *fs)
+{
+	uint64_t t1 = now_ns();
+
+	gdr_events_free_end(fs->token);
+	if (--hook_depth == 0 && !gdr_cache_locks_held &&
+	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
+		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
+	__atomic_add_fetch(&hs.free_ns, fs->t0 + now_ns() - t1, __ATOMIC_RELAXED);
+}
+
+typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
+
+/* One hook per exported function: each calls its own original. */
+#define FREE_HOOK(name, route, params, args, start, len)                                        \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		struct free_scope fs;                                                           \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		free_begin(&fs, route, start, len);                                             \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
+		free_end(&fs);                                                                  \
+		return rc;                                                                      \
+	}
+
+#define ALL GDR_EVENT_ALL_LEN
+FREE_HOOK(cuMemFree_v2, GDR_FREE_MEM_FREE, (gdr_CUdeviceptr p), (p), p, 0)
+FREE_HOOK(cuMemFree, GDR_FREE_MEM_FREE, (unsigned int p), (p), p, 0)
+FREE_HOOK(cuMemFreeAsync, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
+FREE_HOOK(cuMemFreeAsync_ptsz, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
+FREE_HOOK(cuMemFreeHost, GDR_FREE_MEM_FREE_HOST, (void *p), (p), (uintptr_t)p, 0)
+FREE_HOOK(cuMemUnmap, GDR_FREE_MEM_UNMAP, (gdr_CUdeviceptr p, size_t n), (p, n), p, n ? n : 1)
+FREE_HOOK(cuIpcCloseMemHandle, GDR_FREE_IPC_CLOSE, (gdr_CUdeviceptr p), (p), p, 0)
+
+/* Context destroys, resets and primary-context releases. They free a context's memory, not all GPU
+ * memory (another device's, pool and VMM memory survive: docs/FACTS), and a primary-context release
+ * that is not the last frees nothing. So nothing is dropped before the call: registrations wait
+ * while it runs (a free of everything in flight), and after it every cached entry's allocations are
+ * asked of the driver again (GDR_EV_CTX), which drops exactly the entries whose memory went, before
+ * the hook returns. Only a primary-context release after which the context is still active
+ * publishes nothing. */
+static void ctx_begin(struct free_scope *fs)
+{
+	fs->t0 = now_ns();
+	hook_depth++;
+	fs->token = gdr_events_free_begin(0, ALL);
+	__atomic_add_fetch(&hs.frees[GDR_FREE_CTX], 1, __ATOMIC_RELAXED);
+	fs->t0 = now_ns() - fs->t0; /* the hook's own time, as free_begin counts it */
+}
+
+static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice dev)
+{
+	uint64_t t1 = now_ns();
+
+	if (!primary_release || gdr_cuda_primary_active(dev) != 1) {
+		gdr_cuda_contexts_changed();
+		gdr_events_push_kind(GDR_EV_CTX, 0, ALL);
+		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
+		if (hook_depth != 1 || gdr_cache_locks_held)
+			__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+	}
+	fs->t0 += now_ns() - t1;
+	free_end(fs);
+}
+
+#define CTX_HOOK(name, params, args, release, dev)                                              \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		struct free_scope fs;                                                           \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		ctx_begin(&fs);                                                                 \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;   \
+		ctx_end(&fs, release, dev);                                                     \
+		return rc;                                                                      \
+	}
+
+CTX_HOOK(cuCtxDestroy, (gdr_CUcontext c), (c), false, 0)
+CTX_HOOK(cuCtxDestroy_v2, (gdr_CUcontext c), (c), false, 0)
+CTX_HOOK(cuDevicePrimaryCtxReset, (gdr_CUdevice d), (d), false, d)
+CTX_HOOK(cuDevicePrimaryCtxReset_v2, (gdr_CUdevice d), (d), false, d)
+CTX_HOOK(cuDevicePrimaryCtxRelease, (gdr_CUdevice d), (d), true, d)
+CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (gdr_CUdevice d), (d), true, d)
+
+/* ---- Allocation hooks --------------------------------------------------------------------------- */
+
+/* An allocation failed for lack of memory: release unreferenced pins; whether to retry. */
+static bool oom_relieve(void)
+{
+	if (hook_depth != 1 || gdr_cache_locks_held)
+		return false;
+	__atomic_add_fetch(&hs.oom_relief, 1, __ATOMIC_RELAXED);
+	return gdr_caches_relieve() > 0;
+}
+
+/* Calls the original; on OUT_OF_MEMORY relieves and calls it once more; on success publishes the
+ * range [va, va + size) (size 0: none, e.g. cuMemCreate's handle). */
+#define ALLOC_HOOK(name, params, args, va, size)                                                \
+	static void *o_##name;                                                                  \
+	static gdr_CUresult h_##name params                                                     \
+	{                                                                                       \
+		gdr_CUresult rc;                                                                \
+                                                                                                \
+		hook_depth++;                                                                   \
+		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
+		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                      \
+			rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                           \
+			if (rc == GDR_CUDA_SUCCESS)                                             \
+				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);      \
+		}                                                                               \
+		if (rc == GDR_CUDA_SUCCESS && (size) != 0)                                      \
+			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);    \
+		hook_depth--;                                                                   \
+		return rc;                                                                      \
+	}
+
+ALLOC_HOOK(cuMemAlloc_v2, (gdr_CUdeviceptr * p, size_t n), (p, n), *p, n)
+ALLOC_HOOK(cuMemAllocPitch_v2, (gdr_CUdeviceptr * p, size_t *pitch, size_t w, size_t h,
+			       unsigned int e), (p, pitch, w, h, e), *p, *pitch * h)
+ALLOC_HOOK(cuMemAllocAsync, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
+ALLOC_HOOK(cuMemAllocAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
+ALLOC_HOOK(cuMemAllocFromPoolAsync, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
+	   (p, n, pool, s), *p, n)
+ALLOC_HOOK(cuMemAllocFromPoolAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
+	   (p, n, pool, s), *p, n)
+ALLOC_HOOK(cuMemAllocManaged, (gdr_CUdeviceptr * p, size_t n, unsigned int f), (p, n, f), *p, n)
+ALLOC_HOOK(cuMemAllocHost_v2, (void **p, size_t n), (p, n), *p, n)
+ALLOC_HOOK(cuMemCreate, (void *h, size_t n, const void *prop, unsigned long long f),
+	   (h, n, prop, f), 0, 0)
+ALLOC_HOOK(cuMemMap, (gdr_CUdeviceptr p, size_t n, size_t off, unsigned long long h,
+		      unsigned long long f), (p, n, off, h, f), p, n)
+
+/* ---- The table ----------------------------------------------------------------------------------
+ * Every entry point libcuda exports that frees or allocates device memory. `required`: events
+ * are sure only if it is patched wherever libcuda has it (an allocation hook is relief and a
+ * belt to the free events' braces: its absence costs no correctness). */
+struct target {
+	const char *name;
+	void *hook;
+	void **orig;
+	bool required;
+	int state;  /* 0 patched; -ENOENT not in this libcuda; other -errno: refused */
+	const char *why;
+};
+
+#define T(name, req) { #name, (void *)h_##name, &o_##name, req, -ENOENT, NULL }
+static struct target targets[] = {
+	T(cuMemFree_v2, true),         T(cuMemFree, true),
+	T(cuMemFreeAsync, true),       T(cuMemFreeAsync_ptsz, true),
+	T(cuMemFreeHost, true),        T(cuMemUnmap, true),
+	T(cuIpcCloseMemHandle, true),  T(cuCtxDestroy, true),
+	T(cuCtxDestroy_v2, true),      T(cuDevicePrimaryCtxReset, true),
+	T(cuDevicePrimaryCtxReset_v2, true), T(cuDevicePrimaryCtxRelease, true),
+	T(cuDevicePrimaryCtxRelease_v2, true),
+	T(cuMemAlloc_v2, false),       T(cuMemAllocPitch_v2, false),
+	T(cuMemAllocAsync, false),     T(cuMemAllocAsync_ptsz, false),
+	T(cuMemAllocFromPoolAsync, false), T(cuMemAllocFromPoolAsync_ptsz, false),
+	T(cuMemAllocManaged, false),   T(cuMemAllocHost_v2, false),
+	T(cuMemCreate, false),         T(cuMemMap, false),
+};
+#undef T
+#define NTARGETS (sizeof(targets) / sizeof(targets[0]))
+
+static int install_rc = -ENODEV;
+static char install_why[116] = "no CUDA driver";
+
+void gdr_hooks_install(void *libcuda, bool fresh)
+{
+	int nreq = 0, nok = 0, nalloc_fail = 0, nshort = 0;
+	const char *first_alloc_fail = NULL, *alloc_why = NULL;
+
+	install_rc = 0;
+	snprintf(install_why, sizeof(install_why), "free interception installed");
+	for (size_t i = 0; i < NTARGETS; i++) {
+		struct target *t = &targets[i];
+		void *fn = dlsym(libcuda, t->name);
+
+		if (!fn)
+			continue; /* this libcuda does not have it */
+		t->state = gdr_patch_install(fn, t->hook, t->orig, fresh ? GDR_PATCH_QUIESCENT : 0,
+					     &t->why);
+		nshort += !t->state && gdr_patch_bytes(fn) == 1;
+		if (t->required) {
+			nreq++;
+			if (!t->state) {
+				nok++;
+			} else if (!install_rc) {
+				install_rc = t->state;
+				snprintf(install_why, sizeof(install_why), "%s: %s", t->name, t->why);
+			}
+		} else if (t->state) {
+			nalloc_fail++;
+			if (!first_alloc_fail)
+				first_alloc_fail = t->name, alloc_why = t->why;
+		}
+	}
+	if (!nreq && !install_rc) {
+		install_rc = -ENOSYS;
+		snprintf(install_why, sizeof(install_why), "libcuda exports no free function");
+	}
+	if (nalloc_fail)
+		gdr_warn("%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
+			 "relief through them", nalloc_fail, first_alloc_fail, alloc_why);
+	gdr_info("CUDA free interception: %d of %d free entry points patched, %d entries in the "
+		 "one-byte form%s", nok, nreq, nshort,
+		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
+}
+
+/* ---- The probe -----------------------------------------------------------------------------------
+ * Proves, in the running process, that every route to every free entry point lands in a hook:
+ * each required entry point libcuda has was patched; cuGetProcAddress, asked what the CUDA runtime
+ * asks (base names, the versions and flags it uses), hands out patched entries; and a test
+ * allocation freed through cuGetProcAddress's pointer, through dlsym(libcuda) and through the
+ * global scope's binding is seen each time. */
+
+#define PROBE_SIZE (2u << 20) /* its own 2 MiB chunk: no cached registration can overlap it */
+
+/* Whether a free event for va was published at or after seq. */
+static bool event_seen(uint64_t seq, uint64_t va)
+{
+	uint64_t head = gdr_events_head();
+	struct gdr_event ev;
+
+	for (; seq < head; seq++) {
+		int rc;
+
+		while ((rc = gdr_events_get(seq, &ev)) == -EAGAIN)
+			;
+		if (rc == 0 && ev.kind == GDR_EV_FREE && ev.start == va && ev.len == 0)
+			return true;
+	}
+	return false;
+}
+
+static int probe_path(gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t), free_fn fr,
+		      const char **why, const char *fail)
+{
+	gdr_CUdeviceptr p = 0;
+	uint64_t seq;
+	int rc = alloc(&p, PROBE_SIZE);
+
+	if (rc != GDR_CUDA_SUCCESS || !p) {
+		*why = "test allocation failed (cuMemAlloc)";
+		return -EIO;
+	}
+	seq = gdr_events_head();
+	rc = fr(p);
+	if (!event_seen(seq, p)) {
+		*why = fail;
+		return -ENOSYS;
+	}
+	return rc == GDR_CUDA_SUCCESS ? 0 : (*why = "test free failed (cuMemFree)", -EIO);
+}
+
+/* What the CUDA runtime and PyTorch ask cuGetProcAddress for (FACTS.md, fake_cuda.c). */
+static const struct {
+	const char *sym;
+	int version;
+	uint64_t flags;
+} gpa_asks[] = {
+	{ "cuMemFree", 3020, 0 },        { "cuMemFreeAsync", 11020, 0 },
+	{ "cuMemFreeAsync", 11020, 2 },  { "cuMemFreeHost", 2000, 0 },
+	{ "cuMemUnmap", 10020, 0 },      { "cuIpcCloseMemHandle", 4010, 0 },
+	{ "cuCtxDestroy", 4000, 0 },     { "cuDevicePrimaryCtxRelease", 11000, 0 },
+	{ "cuDevicePrimaryCtxReset", 11000, 0 }, { "cuDevicePrimaryCtxRelease", 7000, 0 },
+	{ "cuMemFree", 12000, 0 },       { "cuMemFreeAsync", 12000, 0 },
+};
+
+static int probe_rc = -ENODEV;
+static char probe_why[116] = "no CUDA driver";
+
+static void __attribute__((format(printf, 2, 3))) probe_fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	probe_rc = rc;
+	va_start(ap, fmt);
+	vsnprintf(probe_why, sizeof(probe_why), fmt, ap);
+	va_end(ap);
+}
+
+static void probe_once(void)
+{
+	gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t) = NULL;
+	gdr_cuGetProcAddress_v2_t gpa2;
+	gdr_cuGetProcAddress_v1_t gpa1;
+	const char *why = NULL;
+	void *h, *fr = NULL, *fr2;
+	void *borrowed;
+	int rc, st = 0;
+
+	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle()))
+		return; /* "no CUDA driver" */
+	if (install_rc) {
+		probe_fail(install_rc, "%s", install_why);
+		return;
+	}
+	gpa2 = (gdr_cuGetProcAddress_v2_t)dlsym(h, "cuGetProcAddress_v2");
+	gpa1 = (gdr_cuGetProcAddress_v1_t)dlsym(h, "cuGetProcAddress");
+	for (size_t i = 0; i < sizeof(gpa_asks) / sizeof(gpa_asks[0]); i++) {
+		void *f1 = NULL, *f2 = NULL;
+
+		if (gpa2)
+			gpa2(gpa_asks[i].sym, &f2, gpa_asks[i].version, gpa_asks[i].flags, &st);
+		if (gpa1 && gpa_asks[i].version < 12000)
+			gpa1(gpa_asks[i].sym, &f1, gpa_asks[i].version, gpa_asks[i].flags);
+		if ((f2 && !gdr_patch_is_patched(f2)) || (f1 && !gdr_patch_is_patched(f1))) {
+			probe_fail(-ENOSYS, "cuGetProcAddress(\"%s\") hands out a function that is "
+				   "not libcuda's exported entry", gpa_asks[i].sym);
+			return;
+		}
+	}
+	if (gpa2) {
+		gpa2("cuMemAlloc", (void **)&alloc, 3020, 0, &st);
+		gpa2("cuMemFree", &fr, 3020, 0, &st);
+	} else if (gpa1) {
+		gpa1("cuMemAlloc", (void **)&alloc, 3020, 0);
+		gpa1("cuMemFree", &fr, 3020, 0);
+	}
+	if (!alloc || !fr) {
+		probe_fail(-ENOSYS, "%s", "cuGetProcAddress lacks cuMemAlloc / cuMemFree");
+		return;
+	}
+	borrowed = gdr_cuda_context_borrow(0, &rc);
+	if (rc) {
+		probe_fail(rc, "%s", "no CUDA context for the test allocation");
+		return;
+	}
+	/* (a) the CUDA runtime's and PyTorch's route */
+	rc = probe_path(alloc, (free_fn)fr, &why, "a free through cuGetProcAddress was not seen");
+	/* (b) dlsym(libcuda handle, "cuMemFree_v2") */
+	fr2 = rc ? NULL : dlsym(h, "cuMemFree_v2");
+	if (fr2)
+		rc = probe_path(alloc, (free_fn)fr2, &why,
+				"a free through dlsym(libcuda, \"cuMemFree_v2\") was not seen");
+	/* (c) a direct call from a program linked with -lcuda: what the global scope binds */
+	fr2 = rc ? NULL : dlsym(RTLD_DEFAULT, "cuMemFree_v2");
+	if (fr2)
+		rc = probe_path(alloc, (free_fn)fr2, &why,
+				"a free through dlsym(RTLD_DEFAULT, \"cuMemFree_v2\") was not seen");
+	gdr_cuda_context_return(borrowed);
+	if (rc)
+		probe_fail(rc, "%s", why);
+	else
+		probe_fail(0, "%s", "every route to the driver's free functions is intercepted");
+}
+
+int gdr_events_probe(const char **why)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, probe_once);
+	if (why)
+		*why = probe_why;
+	return probe_rc;
+}
+
+/* ---- Statistics ---------------------------------------------------------------------------------- */
+
+GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t size)
+{
+	struct gdr_intercept_stats s;
+	const char *why;
+
+	if (!out || size < offsetof(struct gdr_intercept_stats, frees)) {
+		gdr_err("NULL or too small statistics buffer");
+		return -EINVAL;
+	}
+	memset(&s, 0, sizeof(s));
+	s.state = gdr_cuda_load() ? -ENODEV : gdr_events_probe(&why);
+	snprintf(s.reason, sizeof(s.reason), "%s", s.state == -ENODEV ? "no CUDA driver" : why);
+	for (int i = 0; i < GDR_FREE_ROUTES; i++)
+		s.frees[i] = __atomic_load_n(&hs.frees[i], __ATOMIC_RELAXED);
+	s.released = __atomic_load_n(&hs.released, __ATOMIC_RELAXED);
+	s.deferred = __atomic_load_n(&hs.deferred, __ATOMIC_RELAXED);
+	s.reg_waits = gdr_caches_reg_waits();
+	s.oom_relief = __atomic_load_n(&hs.oom_relief, __ATOMIC_RELAXED);
+	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
+	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return 0;
+}
+
+/* One line for GDRCACHE_STATS and logs. */
+void gdr_hooks_stats_line(char *buf, size_t n)
+{
+	static const char *const names[GDR_FREE_ROUTES] = {
+		"cuMemFree", "cuMemFreeAsync", "cuMemFreeHost", "cuMemUnmap", "cuIpcCloseMemHandle",
+		"context",
+	};
+	size_t off = 0;
+
+	off += (size_t)snprintf(buf + off, n - off, "frees seen:");
+	for (int i = 0; i < GDR_FREE_ROUTES && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, " %s %llu", names[i],
+					(unsigned long long)__atomic_load_n(&hs.frees[i],
+									    __ATOMIC_RELAXED));
+	if (off < n)
+		snprintf(buf + off, n - off, "; pins released in frees %llu, deferred %llu; "
+			 "out-of-memory reliefs %llu (%llu retries succeeded); %llu ns in free hooks",
+			 (unsigned long long)hs.released, (unsigned long long)hs.deferred,
+			 (unsigned long long)hs.oom_relief, (unsigned long long)hs.oom_retry_ok,
+			 (unsigned long long)hs.free_ns);
+}

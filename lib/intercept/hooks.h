@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Interception of the CUDA driver's free and allocation entry points (hooks.c): what it needs from
+ * the rest of the library and offers it.
+ */
+#ifndef GDRCACHE_HOOKS_H
+#define GDRCACHE_HOOKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/defs.h"
+
+
+/* hooks.c */
+/* Patch libcuda's free and allocation entry points (once, from gdr_cuda_load). fresh: libcuda was
+ * loaded by this call's caller, so no thread can be inside it. The outcome is what
+ * gdr_events_probe() starts from. */
+GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
+/* Set when a free's pin release was left for later (nested hook, or a thread holding a cache
+ * lock): cache_unlock() and the outermost hook apply events while it is set. */
+extern GDR_HIDDEN int gdr_hooks_release_pending;
+/* One line of what the interception saw, for GDRCACHE_STATS. */
+GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);
+
+#endif /* GDRCACHE_HOOKS_H */

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* libgdrcache-preload: what its files share (interpose.c, mrtab.c, classify.c, dlsym.c). */
+#ifndef GDR_PRELOAD_H
+#define GDR_PRELOAD_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <gdrcache.h>
+
+#include "common/private.h"
+
+/* Logging: the library's logger (format, rate limit, GDRCACHE_LOG_FILE) and GDRCACHE_LOG as the
+ * library parses it (lib/common/private.h); the preload's own level, since it may turn the
+ * library's off on its path (interpose.c: cache_create). */
+extern int gdrp_log_level;
+#define gdrp_log(level, ...)                                                                       \
+	do {                                                                                       \
+		if ((level) <= gdrp_log_level)                                                     \
+			gdr_private_log(level, __func__, __LINE__, __VA_ARGS__);                   \
+	} while (0)
+#define gdrp_err(...) gdrp_log(GDR_LOG_ERROR, __VA_ARGS__)
+#define gdrp_warn(...) gdrp_log(GDR_LOG_WARN, __VA_ARGS__)
+#define gdrp_info(...) gdrp_log(GDR_LOG_INFO, __VA_ARGS__)
+#define gdrp_debug(...) gdrp_log(GDR_LOG_DEBUG, __VA_ARGS__)
+
+/*
+ * An MR handed to the program for a cached registration: a shadow of the cache's MR with the
+ * caller's addr and length and the cached MR's context, pd, handle and keys. The program owns the
+ * pointer until ibv_dereg_mr; the record behind it says what backs it.
+ */
+enum gdrp_kind {
+	GDRP_CACHED = 0,  /* a reference on a cache registration (gdr_region) */
+	GDRP_WRAPPED = 1, /* a real MR of libibverbs (a cached MR re-registered onto host memory) */
+	GDRP_ORPHAN = 2,  /* its device was closed while the program held it: nothing behind it */
+};
+
+struct gdrp_rec {
+	struct ibv_mr mr;           /* what the program sees; first, so that &rec->mr == rec */
+	enum gdrp_kind kind;
+	struct gdr_region *region;  /* GDRP_CACHED */
+	struct ibv_mr *real;        /* GDRP_WRAPPED */
+	int access;                 /* for ibv_rereg_mr without IBV_REREG_MR_CHANGE_ACCESS */
+};
+
+/* mrtab.c: the records handed out and the PDs the cache has MRs for, behind one mutex. */
+struct gdrp_rec *gdrp_rec_new(void);
+void gdrp_rec_free(struct gdrp_rec *r);
+int gdrp_rec_publish(struct gdrp_rec *r);          /* 0 or -ENOMEM */
+struct gdrp_rec *gdrp_rec_take(struct ibv_mr *mr); /* unpublish; NULL: not ours */
+bool gdrp_rec_is_ours(struct ibv_mr *mr);
+int gdrp_pd_note(struct ibv_pd *pd);               /* 0 or -ENOMEM */
+bool gdrp_pd_known(struct ibv_pd *pd);
+void gdrp_pd_forget(struct ibv_pd *pd);
+/* Fills up to max PDs of ctx; returns how many there are. */
+unsigned gdrp_pds_of(struct ibv_context *ctx, struct ibv_pd **pds, unsigned max);
+/* Turns pd's held cached records into orphans; fills up to max of their regions (which the caller
+ * releases) and returns how many there were. */
+unsigned gdrp_orphan_pd(struct ibv_pd *pd, struct gdr_region **regions, unsigned max);
+void gdrp_mrtab_atfork(void);
+
+/* interpose.c: the configuration (the library's parser), read once libc has an environment. */
+extern struct gdr_private_config gdrp_cfg;
+
+/* classify.c: whether the CUDA driver already loaded in this process calls addr device memory. */
+bool gdrp_is_gpu(const void *addr);
+
+/* interpose.c: what a dlsym / dlvsym lookup of name (version: NULL for dlsym) that found `found`
+ * hands back: for libibverbs' own definition of an interposed entry point, the preload's interposer
+ * of that definition; for the preload's definition of one this libibverbs lacks, what the lookup
+ * finds without the preload; anything else as it is. */
+void *gdrp_verbs_lookup(void *found, const char *name, const char *version);
+
+/* dlsym.c: libc's dlsym / dlvsym (or the next interposer's), bypassing the preload's. Called from
+ * this library, RTLD_NEXT means "after the preload". */
+void *gdrp_real_dlsym(void *h, const char *name);
+void *gdrp_real_dlvsym(void *h, const char *name, const char *version);
+
+#endif /* GDR_PRELOAD_H */
