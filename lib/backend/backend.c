@@ -81,12 +81,6 @@ int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *
 	return -ENOENT;
 }
 
-bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin)
-{
-	(void)b, (void)pin;
-	return false;
-}
-
 int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why)
 {
 	struct gdr_be *b = calloc(1, sizeof(*b));

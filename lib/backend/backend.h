@@ -40,8 +40,10 @@ struct gdr_backend_ops {
 	/* Physical page addresses (kmod); the count, or -errno (-ENOENT when the backend has none). */
 	int (*pages)(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max);
 	/* Whether the kernel has revoked the pin (its memory was freed): a load from memory the
-	 * kernel shares, no system call; safe without the cache lock. */
+	 * kernel shares, no system call; safe without the cache lock. Only where .revokes. */
 	bool (*revoked)(struct gdr_be *b, const struct gdr_pin *pin);
+	/* The kernel tells this backend of frees (revoked is called on every hit). */
+	bool revokes;
 	/* Whether the backend can pin memory of CUDA device `device` (NULL: every device). 1, or 0
 	 * with *why. */
 	int (*serves)(struct gdr_be *b, int device, const char **why);
@@ -72,8 +74,6 @@ int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *
 /* For backends with no state of their own: a bare struct gdr_be, and its release. */
 int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why);
 void gdr_backend_free(struct gdr_be *b);
-/* Shared default for backends the kernel never revokes from. */
-bool gdr_backend_never_revoked(struct gdr_be *b, const struct gdr_pin *pin);
 /* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */
 struct gdr_kmod_sys {
 	int (*open)(const char *path, int flags);

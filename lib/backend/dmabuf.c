@@ -95,7 +95,6 @@ const struct gdr_backend_ops gdr_backend_dmabuf_ops = {
 	.unpin = dmabuf_unpin,
 	.reg_mr = dmabuf_reg_mr,
 	.pages = gdr_backend_no_pages,
-	.revoked = gdr_backend_never_revoked,
 	.serves = dmabuf_serves,
 	.pins_without_pd = true,
 	.pool_by_chunk = true,

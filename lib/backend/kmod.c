@@ -191,5 +191,6 @@ const struct gdr_backend_ops gdr_backend_kmod_ops = {
 	.reg_mr = kmod_reg_mr,
 	.pages = kmod_pages,
 	.revoked = kmod_revoked,
+	.revokes = true,
 	.pins_without_pd = true,
 };

@@ -47,6 +47,5 @@ const struct gdr_backend_ops gdr_backend_peermem_ops = {
 	.unpin = peermem_unpin,
 	.reg_mr = peermem_reg_mr,
 	.pages = gdr_backend_no_pages,
-	.revoked = gdr_backend_never_revoked,
 	.pins_without_pd = false,
 };

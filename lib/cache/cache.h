@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "backend/backend.h"
 #include "validate/validate.h"
+#include "cache/caches.h"
 #include "cache/index.h"
 #include "cache/thread.h"
 
@@ -92,8 +93,7 @@ struct gdr_cache {
 							      release (index.c) */
 	uint64_t ev_next;                /* next free event to apply (events mode) */
 	uint64_t gen;                    /* bumped before a record is retired (memo) */
-	bool events;                     /* validation by events: no driver call on a hit */
-	bool may_revoke;                 /* the backend has a revocation source (kmod) */
+	bool may_revoke;                 /* a backend in use revokes (its ops table says so) */
 	int over_limit;                  /* limits exceeded (by held entries): __atomic */
 	uint64_t id;                     /* unique in the process (thread.c) */
 	struct gdr_thr *threads;         /* pushed lock-free, freed at destroy */
@@ -134,6 +134,86 @@ struct gdr_cache {
 	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive;    /* every live cache (thread.c) */
 };
+
+
+/* ---- between the cache's files ---------------------------------------------------------------- */
+/* The lock. gdr_cache_unlock (record.c) ends every locked operation: it settles what was dropped,
+ * reclaims, and applies the free events a hook left to this lock's holder; _plain only unlocks. */
+static inline void gdr_cache_lock(struct gdr_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	gdr_cache_locks_held++;
+}
+
+static inline void gdr_cache_unlock_plain(struct gdr_cache *c)
+{
+	gdr_cache_locks_held--;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void gdr_cache_unlock(struct gdr_cache *c);
+/* Set while this thread applies events for the hooks (no recursion from gdr_cache_unlock). */
+extern __thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
+
+/* record.c: registration records and grace periods. */
+int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
+		   uint8_t kind, const struct gdr_tag *t, struct gdr_region **out);
+void gdr_region_link(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r);
+void gdr_region_unlink(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r);
+void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64_t *start,
+		      uint64_t *size);
+void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r);
+void gdr_record_free(struct gdr_cache *c, struct gdr_region *r);
+int64_t gdr_region_holds(struct gdr_cache *c, const struct gdr_region *r);
+void gdr_cache_sync(struct gdr_cache *c);
+void gdr_reclaim(struct gdr_cache *c, bool force);
+
+/* entry.c: entries, eviction, holds. */
+void gdr_entry_set_state(struct gdr_entry *e, uint32_t state);
+void gdr_entry_drop(struct gdr_cache *c, struct gdr_entry *e);
+void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e);
+void gdr_settle(struct gdr_cache *c);
+void gdr_reap_detached(struct gdr_cache *c);
+void gdr_quiesce_mark(struct gdr_entry *e, struct gdr_entry **cand);
+int gdr_evict(struct gdr_cache *c, uint64_t need);
+int gdr_drop_unheld(struct gdr_cache *c);
+int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all);
+int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n);
+bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
+			  uint64_t a, uint64_t len, bool exact);
+int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, struct ibv_pd *pd,
+		   int access, uint64_t a, uint64_t len, bool exact, struct gdr_region **out);
+/* What a hit and the locked path share. */
+/* The kernel saw the memory freed: stale, proven without asking the CUDA driver. Lock-free. */
+static inline bool gdr_entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
+{
+	return c->may_revoke && e->pin.be->ops->revokes && e->pin.be->ops->revoked(e->pin.be, &e->pin);
+}
+
+/* Whether record q serves (pd, access, [a, a+len)): an exact record only an exact request of that
+ * very range, a shared one any range inside its allocation unless the request needs an exact MR. */
+static inline bool gdr_record_serves(const struct gdr_region *q, const struct ibv_pd *pd,
+				     int access, uint64_t a, uint64_t len, bool exact)
+{
+	if (q->pd != pd || q->access != access)
+		return false;
+	if (q->exact) /* never for a wide request: its rkey must reach the whole pin */
+		return exact && q->start == a && q->size == len;
+	return !exact && q->start <= a && a + len <= q->start + q->size;
+}
+
+/* miss.c: the locked path of gdr_reg. -EINPROGRESS: a free of the memory is in flight (the caller
+ * waits for it and calls again). */
+int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		   uint64_t len, int access, bool exact, struct gdr_region **out);
+/* Forget that an allocation has SYNC_MEMOPS (it was found stale); free the whole set. */
+void gdr_synced_forget(struct gdr_cache *c, uint64_t id);
+void gdr_synced_free(struct gdr_cache *c);
+
+/* apply.c: free events. Apply every event published so far (under the lock). */
+void gdr_cache_drain_events(struct gdr_cache *c);
+/* Whether a free in flight may concern a registration that classified [a, a+len) as tags. */
+bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags);
 
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);

@@ -39,6 +39,14 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd);
 int gdr_cuda_device_attr(int device, int attr, int *value);
 /* CUDA devices (cuDeviceGetCount); 0 without a driver. */
 int gdr_cuda_device_count(void);
+/* devices.c: what the GPUs offer to pins, found once per process (the first call). */
+struct gdr_cuda_devices {
+	uint64_t bar1, mem;        /* summed over the devices that told (0: none did) */
+	int ndev;
+	char why[160];             /* what they were derived from, for the info line */
+	char bar1_miss[96];        /* the first sysfs file that gave no BAR1 size */
+};
+const struct gdr_cuda_devices *gdr_cuda_devices(void);
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
 GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
 /* Make the device's primary context current on a thread that has none or another device's (an

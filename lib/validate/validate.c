@@ -10,13 +10,13 @@
 
 #include "cuda/cuda.h"
 #include "validate/validate.h"
+#include "gdrcache.h"
 
-static int tag_check(struct gdr_cache *c, const struct gdr_tag *tag)
+static int tag_check(const struct gdr_tag *tag)
 {
 	uint64_t id = 0;
 	int rc;
 
-	(void)c; /* called without the cache lock: touches nothing of the cache */
 	rc = gdr_cuda_buffer_id(tag->start, &id);
 	if (rc)
 		return rc;
@@ -25,20 +25,23 @@ static int tag_check(struct gdr_cache *c, const struct gdr_tag *tag)
 
 const struct gdr_validator_ops gdr_validate_tag_ops = {
 	.name = "tag",
+	.mode = GDR_VALIDATE_TAG,
+	.events = false,
 	.check = tag_check,
 };
 
 /* Mode "events": the cache applies every free event (intercept/events.h) before it trusts an entry, and
  * gdrcache.ko's revocation page is read on every hit; nothing is left to ask the driver. */
-static int events_check(struct gdr_cache *c, const struct gdr_tag *tag)
+static int events_check(const struct gdr_tag *tag)
 {
-	(void)c;
 	(void)tag;
 	return 0;
 }
 
 const struct gdr_validator_ops gdr_validate_events_ops = {
 	.name = "events",
+	.mode = GDR_VALIDATE_EVENTS,
+	.events = true,
 	.check = events_check,
 };
 

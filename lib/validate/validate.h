@@ -3,6 +3,7 @@
 #ifndef GDR_VALIDATE_H
 #define GDR_VALIDATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct gdr_tag {
@@ -13,12 +14,16 @@ struct gdr_tag {
 	uint8_t kind;          /* enum gdr_mem_kind */
 	int device;            /* CUDA ordinal */
 };
-struct gdr_cache;
 struct gdr_validator_ops {
 	const char *name;
+	int mode;              /* enum gdr_validate */
+	/* The cache applies every free event before it hands an entry out (and gdrcache.ko's
+	 * revocation page is read on every hit): a hit asks the driver nothing. Otherwise a hit calls
+	 * check, and each call is a driver query (counted in tag_checks). */
+	bool events;
 	/* 0 = still valid, -ESTALE = freed or replaced, other -errno = could not tell (treated stale).
-	 * Called with or without c->lock held: it must not touch the cache's state. */
-	int (*check)(struct gdr_cache *c, const struct gdr_tag *tag);
+	 * Called with or without the cache's lock held. */
+	int (*check)(const struct gdr_tag *tag);
 };
 extern const struct gdr_validator_ops gdr_validate_tag_ops;
 extern const struct gdr_validator_ops gdr_validate_events_ops;

@@ -207,7 +207,6 @@ const struct gdr_backend_ops fake_backend_ops = {
 	.unpin = fb_unpin,
 	.reg_mr = fb_reg_mr,
 	.pages = fb_pages,
-	.revoked = gdr_backend_never_revoked,
 	.pins_without_pd = true,
 };
 

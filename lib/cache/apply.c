@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Free events applied to a cache (mode events): each event drops exactly the entries whose memory
+ * it freed or reallocated; a context's end revalidates every entry. And the process's caches as the
+ * interception of the driver's frees sees them (caches.h).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdint.h>
+
+#include "cache/cache.h"
+#include "cache/caches.h"
+#include "intercept/events.h"
+#include "intercept/hooks.h"
+
+/* Cache locks this thread holds: an intercepted free on this thread must not wait for one. */
+__thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* Set while this thread applies events for the hooks (no recursion from cache_unlock). */
+__thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
+
+/* ---- free events (mode events) ------------------------------------------------------------------ */
+
+/* Drop every indexed entry sharing a byte with [lo, hi). */
+static void drop_range(struct gdr_cache *c, uint64_t lo, uint64_t hi)
+{
+	size_t i = gdr_index_lower(&c->index, lo);
+
+	while (i < c->index.n && c->index.v[i]->base < hi) {
+		gdr_entry_stale(c, c->index.v[i]);
+		i = gdr_index_lower(&c->index, lo);
+	}
+}
+
+static bool in_range(uint64_t x, uint64_t start, uint64_t size)
+{
+	return start <= x && x - start < size;
+}
+
+/* Whether x lies in the allocation a tag describes: its piece, or the whole range RANGE_* gave. */
+static bool tag_holds(const struct gdr_tag *t, uint64_t x)
+{
+	return in_range(x, t->start, t->size) || in_range(x, t->alloc_start, t->alloc_size);
+}
+
+/* Drop every indexed entry that has a tag for which gone(c, tag, arg) holds. Every entry is
+ * looked at (events are rare next to hits). */
+static void drop_tagged(struct gdr_cache *c,
+			bool (*gone)(struct gdr_cache *c, const struct gdr_tag *t, const void *arg),
+			const void *arg)
+{
+	size_t i = 0;
+
+	while (i < c->index.n) {
+		struct gdr_entry *e = c->index.v[i];
+		bool hit = false;
+
+		for (uint32_t k = 0; !hit && k < e->ntags; k++)
+			hit = gone(c, &e->tags[k], arg);
+		if (hit)
+			gdr_entry_stale(c, e); /* leaves the index: the next one is at i now */
+		else
+			i++;
+	}
+}
+
+static bool tag_holds_start(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	(void)c;
+	return tag_holds(t, *(const uint64_t *)arg);
+}
+
+/* Drop every entry serving the allocation at `start` (a free that names only its base address:
+ * cuMemFree, cuMemFreeAsync): those with a tag (the range the driver reported when the entry was
+ * made) that holds it. An entry may serve part of an allocation that begins before the entry does,
+ * and the range the driver reports may be wider than the allocation freed, so every entry is looked
+ * at. A free of an allocation the entry has no tag for leaves it: an entry's pages all lie in
+ * physical chunks that hold one of its tagged allocations, and a chunk stays mapped while any
+ * allocation in it lives (docs/FACTS), so freeing a neighbour in the chunk (the other allocations
+ * of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's neighbours) changes no page
+ * the entry pinned. */
+static void drop_allocation(struct gdr_cache *c, uint64_t start)
+{
+	drop_tagged(c, tag_holds_start, &start);
+}
+
+/* Whether the part of tag t that is its own allocation, RANGE ∩ the tag (a pool allocation's piece
+ * of a shared chunk, a VMM mapping inside its reservation), overlaps [range[0], range[1]). */
+static bool tag_overlaps(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	const uint64_t *range = arg;
+	uint64_t s = t->start, end = t->start + t->size;
+
+	(void)c;
+	if (t->alloc_size) {
+		if (t->alloc_start > s)
+			s = t->alloc_start;
+		if (t->alloc_start + t->alloc_size < end)
+			end = t->alloc_start + t->alloc_size;
+	}
+	return s < range[1] && range[0] < end;
+}
+
+/* Drop every indexed entry with a tag whose allocation overlaps [lo, hi): memory the driver has just
+ * handed out again (an allocation event) is no longer what any such tag described. */
+static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
+{
+	drop_tagged(c, tag_overlaps, (const uint64_t[2]){ lo, hi });
+}
+
+static bool tag_freed(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
+{
+	(void)arg;
+	return gdr_validate_tag_ops.check(t) < 0;
+}
+
+/* A context's memory was freed (GDR_EV_CTX): ask the driver about every cached allocation and drop
+ * the entries whose memory went. A freed allocation's BUFFER_ID query fails and ids are never
+ * reused, so this drops exactly those: another device's entries, and pool and VMM memory, which
+ * survive a context (docs/FACTS), stay. */
+static void revalidate_all(struct gdr_cache *c)
+{
+	drop_tagged(c, tag_freed, NULL);
+}
+
+/* Apply every free (and allocation) event published so far. Under the lock. */
+void gdr_cache_drain_events(struct gdr_cache *c)
+{
+	uint64_t n = c->ev_next, head = gdr_events_head();
+
+	while (n < head) {
+		struct gdr_event ev;
+		int rc = gdr_events_get(n, &ev);
+
+		if (rc == -EAGAIN) {
+			sched_yield(); /* its producer is between reserving and writing the slot */
+			continue;
+		}
+		if (rc) {
+			c->st.events_lost++;
+			gdr_warn("more than %u free events since this cache last looked: every entry "
+				 "is dropped", GDR_EVENTS_RING);
+			drop_range(c, 0, UINT64_MAX);
+			n = head = gdr_events_head();
+			break;
+		}
+		c->st.events++;
+		if (ev.kind == GDR_EV_CTX)
+			revalidate_all(c);
+		else if (ev.kind == GDR_EV_ALLOC)
+			drop_reallocated(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
+					 ev.start + ev.len);
+		else if (ev.len == GDR_EVENT_ALL_LEN)
+			drop_range(c, 0, UINT64_MAX);
+		else if (ev.len)
+			drop_range(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
+				   ev.start + ev.len);
+		else
+			drop_allocation(c, ev.start);
+		n++;
+	}
+	__atomic_store_n(&c->ev_next, n, __ATOMIC_RELEASE);
+}
+
+/* What a registration classified, for the check against frees in flight. */
+struct classified {
+	uint64_t a, len;
+	const struct gdr_tag *tags;
+	uint32_t ntags;
+};
+
+/* Whether a free of [start, start+len) (len 0: the allocation at start) may concern it. */
+static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
+{
+	const struct classified *k = arg;
+
+	if (!len) {
+		if (in_range(start, k->a, k->len))
+			return true;
+		for (uint32_t i = 0; i < k->ntags; i++)
+			if (tag_holds(&k->tags[i], start))
+				return true;
+		return false;
+	}
+	if (start < k->a + k->len && k->a < start + len)
+		return true;
+	for (uint32_t i = 0; i < k->ntags; i++)
+		if (start < k->tags[i].start + k->tags[i].size && k->tags[i].start < start + len)
+			return true;
+	return false;
+}
+
+bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags)
+{
+	return gdr_events_inflight(classified_overlaps, &(struct classified){ .a = a, .len = len,
+					     .tags = tags, .ntags = ntags });
+}
+
+/* ---- for the hooks of the driver's free and allocation functions (caches.h) ---------------------- */
+
+static void apply_one(struct gdr_cache *c, void *arg)
+{
+	uint64_t before;
+
+	gdr_cache_lock(c);
+	before = c->st.unpins;
+	gdr_cache_drain_events(c);
+	gdr_settle(c); /* the entries the events dropped, unpinned now (one grace period for all) */
+	*(uint64_t *)arg += c->st.unpins - before;
+	gdr_cache_unlock(c);
+}
+
+uint64_t gdr_caches_apply_events(void)
+{
+	uint64_t n = 0;
+
+	gdr_cache_applying++;
+	__atomic_store_n(&gdr_hooks_release_pending, 0, __ATOMIC_SEQ_CST);
+	gdr_thr_foreach_cache(apply_one, &n);
+	gdr_cache_applying--;
+	return n;
+}
+
+static void relieve_one(struct gdr_cache *c, void *arg)
+{
+	int n;
+
+	gdr_cache_lock(c);
+	gdr_cache_drain_events(c);
+	n = gdr_drop_unheld(c);
+	c->st.evictions += (uint64_t)n;
+	*(uint64_t *)arg += (uint64_t)n;
+	gdr_cache_unlock(c);
+}
+
+uint64_t gdr_caches_relieve(void)
+{
+	uint64_t n = 0;
+
+	gdr_cache_applying++;
+	gdr_thr_foreach_cache(relieve_one, &n);
+	gdr_cache_applying--;
+	if (n)
+		gdr_warn("an allocation ran out of GPU memory: %llu cached pins released, retrying",
+			 (unsigned long long)n);
+	return n;
+}
+
+static void sum_waits(struct gdr_cache *c, void *arg)
+{
+	*(uint64_t *)arg += __atomic_load_n(&c->reg_waits, __ATOMIC_RELAXED);
+}
+
+uint64_t gdr_caches_reg_waits(void)
+{
+	uint64_t n = 0;
+
+	gdr_thr_foreach_cache(sum_waits, &n);
+	return n;
+}

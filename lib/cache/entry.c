@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Entries: their state, retirement with one grace period for many (settle), detachment of held
+ * ones, eviction (CLOCK), validation under the lock, taking a hold (making the record and the MR),
+ * flushing, and releasing a PD's MRs.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utlist.h>
+
+#include "cache/cache.h"
+#include "nic/verbs.h"
+
+/* Set an entry's state, and its mirror in each of its records (what a hit reads). Seq_cst: a
+ * grace period after it orders it before every lookup that may still take a hold (thread.c). */
+void gdr_entry_set_state(struct gdr_entry *e, uint32_t state)
+{
+	__atomic_store_n(&e->state, state, __ATOMIC_SEQ_CST);
+	for (struct gdr_region *r = e->regions; r; r = r->next)
+		__atomic_store_n(&r->estate, (uint8_t)state, __ATOMIC_SEQ_CST);
+}
+
+/* Whether e was taken since the evictor last looked (by the locked path, or by a hit of one of
+ * its records), and forget it. */
+static bool entry_used_clear(struct gdr_entry *e)
+{
+	bool used = __atomic_load_n(&e->used, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&e->used, 0, __ATOMIC_RELAXED);
+	for (struct gdr_region *r = e->regions; r; r = r->next) {
+		if (__atomic_load_n(&r->used, __ATOMIC_RELAXED)) {
+			used = true;
+			__atomic_store_n(&r->used, 0, __ATOMIC_RELAXED);
+		}
+	}
+	return used;
+}
+
+/* ---- entries ------------------------------------------------------------------------------- */
+
+int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e)
+{
+	int64_t n = 0;
+
+	for (const struct gdr_region *r = e->regions; r; r = r->next)
+		n += gdr_region_holds(c, r);
+	return n;
+}
+
+/* Whether the cache holds more than its limits; read by gdr_dereg without the lock. */
+static void limits_update(struct gdr_cache *c)
+{
+	__atomic_store_n(&c->over_limit, c->st.pinned_bytes > c->cfg.max_bytes ||
+			 c->st.entries > c->cfg.max_entries, __ATOMIC_RELAXED);
+}
+
+/* Unpin an entry nobody holds or can take a hold on, out of the index; its memory is freed after
+ * the next grace period, its records are retired. */
+static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
+{
+	struct gdr_mrec *m, *mt;
+
+	LL_FOREACH_SAFE(e->mrecs, m, mt) {
+		gdr_verbs_dereg(m->mr);
+		free(m);
+	}
+	e->mrecs = NULL;
+	for (struct gdr_region *r = e->regions; r; r = r->next)
+		gdr_record_retire(c, r);
+	e->pin.be->ops->unpin(e->pin.be, &e->pin);
+	c->st.unpins++;
+	c->st.entries--;
+	gdr_stats_pinned(c, -(int64_t)e->len);
+	e->defer = c->deferred;
+	c->deferred = e;
+	c->ndeferred++;
+}
+
+/* Take an indexed entry out of service: out of the index now, marked dying; unpinned at the next
+ * gdr_settle() if nobody holds it then, else detached until its holders let go. */
+void gdr_entry_drop(struct gdr_cache *c, struct gdr_entry *e)
+{
+	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_DYING) {
+		gdr_entry_set_state(e, GDR_DYING);
+		c->dying_unsynced = true;
+	}
+	gdr_index_remove(&c->index, e);
+	DL_DELETE(c->lru, e);
+	DL_APPEND(c->dying, e);
+}
+
+/* Decide the entries dropped since the last call, with one grace period for all of them: then no
+ * lookup can take a new hold on them and their holds are final. Unheld ones are unpinned; held
+ * ones are detached, and after a further grace period summed again: a release that read the entry
+ * as indexed has given its hold back by then, and any later one sees it detached and reaps it. */
+void gdr_settle(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *tmp;
+	bool detached = false;
+
+	if (!c->dying)
+		return;
+	if (c->dying_unsynced)
+		gdr_cache_sync(c);
+	c->dying_unsynced = false;
+	DL_FOREACH_SAFE(c->dying, e, tmp) {
+		DL_DELETE(c->dying, e);
+		if (gdr_entry_holds(c, e) > 0) {
+			gdr_entry_set_state(e, GDR_DETACHED);
+			DL_APPEND(c->detached, e);
+			c->st.detached++;
+			detached = true;
+		} else {
+			entry_destroy(c, e);
+		}
+	}
+	if (detached) {
+		gdr_cache_sync(c);
+		gdr_reap_detached(c);
+	}
+	limits_update(c);
+}
+
+/* Destroy the detached entries whose last holder has let go. */
+void gdr_reap_detached(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *tmp;
+
+	DL_FOREACH_SAFE(c->detached, e, tmp) {
+		if (gdr_entry_holds(c, e) > 0)
+			continue;
+		DL_DELETE(c->detached, e);
+		c->st.detached--;
+		entry_destroy(c, e);
+	}
+	limits_update(c);
+}
+
+void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e)
+{
+	c->st.stale++;
+	for (uint32_t i = 0; i < e->ntags; i++)
+		gdr_synced_forget(c, e->tags[i].buffer_id);
+	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->base,
+		(unsigned long long)e->len);
+	gdr_entry_drop(c, e);
+}
+
+/* Whether e may be taken out as unheld: not being handed out, no hold seen. */
+static bool entry_unheld_now(struct gdr_cache *c, struct gdr_entry *e)
+{
+	return e != c->taking && __atomic_load_n(&e->state, __ATOMIC_RELAXED) == GDR_LIVE &&
+	       gdr_entry_holds(c, e) <= 0;
+}
+
+/* Mark e dying as a candidate for removal (its holds are decided by quiesce_finish). */
+void gdr_quiesce_mark(struct gdr_entry *e, struct gdr_entry **cand)
+{
+	gdr_entry_set_state(e, GDR_DYING);
+	e->defer = *cand;
+	*cand = e;
+}
+
+/* After one grace period for all the candidates: drop those still unheld, give the others back to
+ * lookups. Returns the number dropped; *bytes += what they pin. */
+static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t *bytes)
+{
+	struct gdr_entry *e, *next;
+	int n = 0;
+
+	if (!cand)
+		return 0;
+	gdr_cache_sync(c);
+	for (e = cand; e; e = next) {
+		next = e->defer;
+		e->defer = NULL;
+		if (gdr_entry_holds(c, e) > 0) {
+			gdr_entry_set_state(e, GDR_LIVE);
+			continue;
+		}
+		if (bytes)
+			*bytes += e->len;
+		gdr_entry_drop(c, e); /* dying already, holds final: gdr_settle() needs no grace period */
+		n++;
+	}
+	gdr_settle(c);
+	return n;
+}
+
+/* Evict entries nobody holds while over the limits, or until `need` bytes have been freed: least
+ * recently listed first, entries used since the last pass moved to the tail once (CLOCK). The
+ * entries chosen in one pass share one grace period (a membarrier: an IPI to every CPU running a
+ * thread of the process), so once over a limit a pass goes 1/32 below it: under churn a grace
+ * period is paid every few dozen misses, not at each. Returns the number evicted. */
+int gdr_evict(struct gdr_cache *c, uint64_t need)
+{
+	bool over = c->st.pinned_bytes > c->cfg.max_bytes || c->st.entries > c->cfg.max_entries;
+	uint64_t max_bytes = over ? c->cfg.max_bytes - c->cfg.max_bytes / 32 : c->cfg.max_bytes;
+	uint64_t max_entries = over ? c->cfg.max_entries - c->cfg.max_entries / 32 :
+		c->cfg.max_entries;
+	uint64_t freed = 0;
+	int n = 0;
+
+	for (;;) {
+		uint64_t budget = 2 * c->st.entries + 1, bytes = c->st.pinned_bytes;
+		uint64_t entries = c->st.entries, picked = 0;
+		struct gdr_entry *e = c->lru, *next, *cand = NULL;
+		int got;
+
+		while (e && budget--) {
+			if (bytes <= max_bytes && entries <= max_entries && freed + picked >= need)
+				break;
+			next = e->next ? e->next : c->lru; /* round and round, within the budget */
+			if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) != GDR_LIVE) {
+				/* a candidate already */
+			} else if (entry_used_clear(e)) {
+				DL_DELETE(c->lru, e);
+				DL_APPEND(c->lru, e);
+			} else if (entry_unheld_now(c, e)) {
+				gdr_quiesce_mark(e, &cand);
+				picked += e->len;
+				bytes -= e->len;
+				entries--;
+			}
+			e = next;
+		}
+		got = quiesce_finish(c, cand, &freed);
+		c->st.evictions += (uint64_t)got;
+		n += got;
+		if (!got || (c->st.pinned_bytes <= max_bytes && c->st.entries <= max_entries &&
+			     freed >= need))
+			break;
+	}
+	limits_update(c);
+	return n;
+}
+
+/* Validate the tags of e that overlap [a, a+len), or all of them (all = true). Under the lock.
+ * 0: valid and covering [a, a+len); 1: valid but with a gap; -ESTALE: some tag is stale. */
+int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all)
+{
+	uint64_t covered = a, end = a + len;
+
+	if (gdr_entry_revoked(c, e)) {
+		c->st.revoked++;
+		return -ESTALE;
+	}
+	for (uint32_t i = 0; i < e->ntags; i++) {
+		const struct gdr_tag *t = &e->tags[i];
+		uint64_t tend = t->start + t->size;
+		bool overlaps = t->start < end && tend > a;
+
+		if (!overlaps && !all)
+			continue;
+		if (!c->validator->events)
+			c->st.tag_checks++;
+		if (c->validator->check(t))
+			return -ESTALE;
+		if (overlaps && t->start <= covered && tend > covered)
+			covered = tend;
+	}
+	return covered >= end ? 0 : 1;
+}
+
+static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
+{
+	for (uint32_t i = 0; i < e->ntags; i++)
+		if (e->tags[i].start <= a && a < e->tags[i].start + e->tags[i].size)
+			return &e->tags[i];
+	return NULL;
+}
+
+/* Add tags to e, keeping them sorted by start and unique. One allocation may have several tags:
+ * the pieces of a pool allocation that spans several of the pool's physical chunks. */
+int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i;
+
+		for (i = 0; i < e->ntags; i++)
+			if (e->tags[i].buffer_id == t[k].buffer_id && e->tags[i].start == t[k].start &&
+			    e->tags[i].size == t[k].size)
+				break;
+		if (i < e->ntags)
+			continue;
+		if (!e->tags_cap) {
+			e->tags = &e->tag0; /* one allocation: no memory of its own */
+			e->tags_cap = 1;
+		} else if (e->ntags == e->tags_cap) {
+			uint32_t cap = e->tags_cap * 2;
+			struct gdr_tag *v = e->tags == &e->tag0 ? malloc(cap * sizeof(*v)) :
+				realloc(e->tags, cap * sizeof(*v));
+
+			if (!v)
+				return -ENOMEM;
+			if (e->tags == &e->tag0)
+				v[0] = e->tag0;
+			e->tags = v;
+			e->tags_cap = cap;
+		}
+		for (i = e->ntags; i > 0 && e->tags[i - 1].start > t[k].start; i--)
+			e->tags[i] = e->tags[i - 1];
+		e->tags[i] = t[k];
+		e->ntags++;
+	}
+	return 0;
+}
+
+/* Whether taking [a, a+len) exactly from e would make a new exact record past the bound. */
+bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
+			     uint64_t a, uint64_t len, bool exact)
+{
+	if (!exact || e->nexact < GDR_EXACT_PER_ENTRY)
+		return false;
+	for (const struct gdr_region *r = e->regions; r; r = r->next)
+		if (gdr_record_serves(r, pd, access, a, len, true))
+			return false;
+	return true;
+}
+
+/* Take a hold on e for [a, a+len), making the record (and the MR) if there is none. exact: the MR
+ * must be bounded to [a, a+len) (remote access): a record of its own, its MR of that range. */
+int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
+		      struct ibv_pd *pd, int access, uint64_t a, uint64_t len, bool exact,
+		      struct gdr_region **out)
+{
+	const struct gdr_tag *tag = entry_tag_at(e, a);
+	uint64_t id = tag ? tag->buffer_id : 0, rstart, rsize;
+	struct gdr_region *r;
+	struct gdr_mrec *m = NULL;
+	struct ibv_mr *own = NULL;
+	int64_t *ctr;
+	int rc = 0;
+
+	if (!tag) {
+		gdr_err("no allocation of entry [%#llx, +%llu) holds %#llx", (unsigned long long)e->base,
+			(unsigned long long)e->len, (unsigned long long)a);
+		return -EIO;
+	}
+	if (!pd)
+		access = 0, exact = false;
+	gdr_record_range(e, tag, &rstart, &rsize);
+	for (r = e->regions; r; r = r->next)
+		if (r->buffer_id == id && gdr_record_serves(r, pd, access, a, len, exact) &&
+		    (r->exact || (r->start == rstart && r->size == rsize)))
+			break;
+	__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
+	DL_DELETE(c->lru, e);
+	DL_APPEND(c->lru, e);
+	c->taking = e; /* making the MR may evict, and must not evict e */
+	if (!r) {
+		if (pd && !exact) {
+			LL_FOREACH(e->mrecs, m)
+				if (m->pd == pd && m->access == access)
+					break;
+		}
+		if (pd && !m) {
+			uint64_t base = exact ? a : e->base, n = exact ? len : e->len;
+
+			for (;;) {
+				rc = e->pin.be->ops->reg_mr(e->pin.be, &e->pin, pd, access, base, n,
+							     &own);
+				if ((rc != -ENOMEM && rc != -ENOSPC) || !gdr_evict(c, e->len))
+					break;
+				c->st.fail_pin_retried++;
+			}
+			if (rc) {
+				c->st.fail_mr++;
+				gdr_err("NIC registration of [%#llx, +%llu) failed: %d",
+					(unsigned long long)base, (unsigned long long)n, rc);
+				goto out;
+			}
+			if (!exact) {
+				m = calloc(1, sizeof(*m));
+				if (!m) {
+					gdr_verbs_dereg(own);
+					rc = -ENOMEM;
+					goto out;
+				}
+				m->pd = pd;
+				m->access = access;
+				m->mr = own;
+				own = NULL;
+				LL_PREPEND(e->mrecs, m);
+			}
+		}
+		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
+		if (rc) {
+			if (own)
+				gdr_verbs_dereg(own);
+			goto out;
+		}
+		if (exact) {
+			r->exact = 1;
+			r->start = a;
+			r->size = len;
+			r->mr = own;
+			e->nexact++;
+			c->exact_mrs++;
+		} else {
+			r->exact = 0;
+			r->mr = m ? m->mr : NULL;
+		}
+		gdr_region_link(c, e, r);
+	}
+	ctr = gdr_thr_counter_alloc(t, r->slot);
+	if (!ctr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	*out = r;
+out:
+	c->taking = NULL;
+	return rc;
+}
+
+/* Drop every indexed entry nobody holds, with one grace period for all. The number dropped. */
+int gdr_drop_unheld(struct gdr_cache *c)
+{
+	struct gdr_entry *e, *cand = NULL;
+	int n;
+
+	DL_FOREACH(c->lru, e)
+		if (entry_unheld_now(c, e))
+			gdr_quiesce_mark(e, &cand);
+	n = quiesce_finish(c, cand, NULL);
+	limits_update(c);
+	return n;
+}
+
+GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
+{
+	int n = 0;
+
+	if (!c)
+		return -EINVAL;
+	gdr_cache_lock(c);
+	gdr_cache_drain_events(c);
+	n = gdr_drop_unheld(c);
+	gdr_cache_unlock(c);
+	return n;
+}
+
+/* Release a PD, first step: unless one of e's records for pd is held, mark them all dying (no
+ * lookup takes a new hold after the next grace period). 1: marked; 0: none for pd; -EBUSY: held,
+ * none marked. Under the lock. */
+static int entry_pd_mark(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+{
+	struct gdr_region *r;
+	int any = 0;
+
+	for (r = e->regions; r; r = r->next) {
+		if (r->pd == pd && gdr_region_holds(c, r) > 0)
+			return -EBUSY; /* before any is marked: a refusal leaves every record LIVE */
+		any |= r->pd == pd;
+	}
+	for (r = e->regions; r; r = r->next)
+		if (r->pd == pd)
+			__atomic_store_n(&r->state, GDR_DYING, __ATOMIC_SEQ_CST);
+	return any;
+}
+
+/* Second step, after the grace period: retire e's records and MRs for pd, or, if a hold was taken
+ * before they were marked, give them all back to lookups. Whether they were retired. */
+static bool entry_pd_finish(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
+{
+	struct gdr_region *r, *rt;
+	struct gdr_mrec *m, *mt;
+
+	for (r = e->regions; r; r = r->next) {
+		if (r->pd == pd && gdr_region_holds(c, r) > 0) {
+			for (r = e->regions; r; r = r->next)
+				if (r->pd == pd)
+					__atomic_store_n(&r->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+			return false;
+		}
+	}
+	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of these records are void */
+	for (r = e->regions; r; r = rt) {
+		rt = r->next;
+		if (r->pd == pd) {
+			gdr_region_unlink(c, e, r);
+			gdr_record_retire(c, r);
+			r->defer = c->deferred_regions;
+			c->deferred_regions = r;
+			c->ndeferred++;
+		}
+	}
+	LL_FOREACH_SAFE(e->mrecs, m, mt) {
+		if (m->pd == pd) {
+			LL_DELETE(e->mrecs, m);
+			gdr_verbs_dereg(m->mr);
+			free(m);
+		}
+	}
+	return true;
+}
+
+static void pd_mark_list(struct gdr_cache *c, struct gdr_entry *list, const struct ibv_pd *pd,
+			 bool *any, bool *busy)
+{
+	struct gdr_entry *e;
+
+	DL_FOREACH(list, e) {
+		int rc = entry_pd_mark(c, e, pd);
+
+		*any |= rc > 0;
+		*busy |= rc < 0;
+	}
+}
+
+static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const struct ibv_pd *pd,
+			   bool *busy)
+{
+	struct gdr_entry *e;
+
+	DL_FOREACH(list, e) {
+		bool mine = false;
+
+		for (struct gdr_region *r = e->regions; r && !mine; r = r->next)
+			mine = r->pd == pd && __atomic_load_n(&r->state, __ATOMIC_RELAXED) == GDR_DYING;
+		if (mine && !entry_pd_finish(c, e, pd))
+			*busy = true;
+	}
+}
+
+GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
+{
+	bool busy = false, any = false;
+
+	if (!c || !pd) {
+		gdr_err("NULL %s", c ? "pd" : "cache");
+		return -EINVAL;
+	}
+	gdr_cache_lock(c);
+	pd_mark_list(c, c->lru, pd, &any, &busy);
+	pd_mark_list(c, c->detached, pd, &any, &busy);
+	if (any) {
+		gdr_cache_sync(c); /* one grace period for every entry */
+		pd_finish_list(c, c->lru, pd, &busy);
+		pd_finish_list(c, c->detached, pd, &busy);
+	}
+	gdr_cache_unlock(c);
+	if (busy)
+		gdr_warn("pd %p still has registrations held: their MRs stay", (void *)pd);
+	return busy ? -EBUSY : 0;
+}

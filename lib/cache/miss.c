@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The locked path of gdr_reg, and what a miss does: classify the range with the driver, choose the
+ * backend of its device, set SYNC_MEMOPS once per allocation, decide how much to pin, pin (evicting
+ * and retrying while the backend is short of space) and take over the entries it overlaps. Host
+ * memory is passed through to the NIC, never cached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+#include <utlist.h>
+
+#include "cache/cache.h"
+#include "cuda/cuda.h"
+#include "cuda/cuda_abi.h"
+#include "nic/verbs.h"
+
+/* Buffer ids that got SYNC_MEMOPS (or proved VMM), so it is set once per allocation. */
+struct gdr_sync_set {
+	uint64_t id;
+	uint8_t kind;
+	uint32_t misses;           /* pins made for this allocation (the pin extent's history) */
+	UT_hash_handle hh;
+};
+
+/* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
+
+void gdr_synced_forget(struct gdr_cache *c, uint64_t id)
+{
+	struct gdr_sync_set *s;
+
+	HASH_FIND(hh, c->synced, &id, sizeof(id), s);
+	if (s) {
+		HASH_DEL(c->synced, s);
+		free(s);
+		c->nsynced--;
+	}
+}
+
+void gdr_synced_free(struct gdr_cache *c)
+{
+	struct gdr_sync_set *s, *st;
+
+	HASH_ITER(hh, c->synced, s, st) {
+		HASH_DEL(c->synced, s);
+		free(s);
+	}
+}
+
+static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
+{
+	struct gdr_sync_set *s;
+	int rc;
+
+	HASH_FIND(hh, c->synced, &t->buffer_id, sizeof(t->buffer_id), s);
+	if (s) {
+		t->kind = s->kind;
+		return 0;
+	}
+	rc = gdr_cuda_set_sync_memops(t->start);
+	if (!rc) {
+		if (t->kind != GDR_MEM_POOL)
+			t->kind = GDR_MEM_DEVICE;
+		c->st.sync_memops_set++;
+	} else if (rc == -EOPNOTSUPP) {
+		/* VMM memory (cuMemMap) refuses the pointer attribute: FACTS.md. It is still device
+		 * memory; the context-wide flag gives the same guarantee. */
+		t->kind = GDR_MEM_VMM;
+		rc = gdr_cuda_ctx_sync_memops(t->device);
+		if (rc > 0) {
+			c->st.sync_memops_ctx++;
+		} else if (rc < 0) {
+			c->st.sync_memops_unavailable++;
+			gdr_log_once(GDR_LOG_WARN,
+				     "SYNC_MEMOPS unavailable for VMM memory at %#llx (%s): RDMA "
+				     "reads may race with cudaMemcpy; counted in stats",
+				     (unsigned long long)t->start,
+				     rc == -EOPNOTSUPP ? "driver lacks cuCtxSetFlags" :
+				     rc == -ENXIO ? "no current context" : "cuCtxSetFlags failed");
+		}
+	} else {
+		c->st.fail_cuda++;
+		return rc;
+	}
+	s = malloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->id = t->buffer_id;
+	s->kind = t->kind;
+	s->misses = 0;
+	HASH_ADD(hh, c->synced, id, sizeof(s->id), s);
+	/* Bounded: forget the oldest ids (insertion order); repeating SYNC_MEMOPS is harmless. */
+	if (++c->nsynced > 4 * c->cfg.max_entries + 1024) {
+		struct gdr_sync_set *old = c->synced;
+
+		HASH_DEL(c->synced, old);
+		free(old);
+		c->nsynced--;
+	}
+	return 0;
+}
+
+/* ---- classification and pinning --------------------------------------------------------------- */
+
+/* What the pieces of a classified range need pinned when pool memory is pinned by chunks: the
+ * physical chunks of the pool that hold its pool pieces, and the 64 KiB-aligned other pieces. */
+struct pin_cover {
+	uint64_t lo, hi;
+	bool pool;             /* some piece is stream-ordered pool memory */
+};
+
+static void cover_add(struct pin_cover *cv, uint64_t lo, uint64_t hi)
+{
+	if (!cv->hi || lo < cv->lo)
+		cv->lo = lo;
+	if (hi > cv->hi)
+		cv->hi = hi;
+}
+
+/* Every chunk of the pool allocation pi describes. The driver exports a chunk that a pool
+ * allocation shares with the next one only together with it (measured on H200s: a 4 KiB piece at
+ * the start of a 50 MiB allocation straddling two 32 MiB chunks was refused as its own chunk, the
+ * two chunks exported; docs/FACTS). So the pin is the cover of the whole allocation's chunks. */
+static int cover_pool_allocation(struct gdr_cache *c, struct pin_cover *cv,
+				 const struct gdr_ptr_info *pi)
+{
+	uint64_t q = pi->alloc_start, end = pi->alloc_start + pi->alloc_size;
+
+	if (cv->lo <= q && end <= cv->hi)
+		return 0;
+	while (q < end) {
+		uint64_t base, size;
+
+		if (gdr_cuda_mapping(q, &base, &size)) {
+			c->st.fail_cuda++;
+			gdr_err("CUDA reports no physical chunk for pool memory at %#llx",
+				(unsigned long long)q);
+			return -EIO;
+		}
+		cover_add(cv, base, base + size);
+		q = base + size;
+	}
+	return 0;
+}
+
+/* Walk the CUDA allocations under [a, a+len). 0 with tags and *cv; 1: host memory (or unknown to
+ * CUDA); -EOPNOTSUPP: managed; -EINVAL: the range mixes GPU and other memory or spans too many
+ * pieces. */
+static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_tag *tags,
+		    uint32_t *ntags, struct pin_cover *cv)
+{
+	uint64_t q = a, end = a + len;
+	uint32_t n = 0;
+
+	memset(cv, 0, sizeof(*cv));
+
+	while (q < end) {
+		struct gdr_ptr_info pi;
+		int rc = gdr_cuda_classify(q, &pi);
+
+		if (rc) {
+			c->st.fail_cuda++;
+			return rc;
+		}
+		if (pi.managed) {
+			c->st.refused_managed++;
+			gdr_warn("%#llx is CUDA managed memory: GPUDirect RDMA does not support it",
+				 (unsigned long long)q);
+			return -EOPNOTSUPP;
+		}
+		if (pi.mem_type != GDR_CU_MEMORYTYPE_DEVICE) {
+			if (q == a)
+				return 1;
+			gdr_err("[%#llx, +%llu) mixes GPU memory and other memory",
+				(unsigned long long)a, (unsigned long long)len);
+			return -EINVAL;
+		}
+		if (!pi.size || pi.start > q || pi.start + pi.size <= q) {
+			c->st.fail_cuda++;
+			gdr_err("CUDA reports allocation [%#llx, +%llu) for %#llx",
+				(unsigned long long)pi.start, (unsigned long long)pi.size,
+				(unsigned long long)q);
+			return -EIO;
+		}
+		if (n == GDR_MAX_TAGS) {
+			gdr_err("[%#llx, +%llu) spans more than %d GPU allocations",
+				(unsigned long long)a, (unsigned long long)len, GDR_MAX_TAGS);
+			return -EINVAL;
+		}
+		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
+					      .alloc_start = pi.alloc_start,
+					      .alloc_size = pi.alloc_size,
+					      .buffer_id = pi.buffer_id,
+					      .kind = pi.pool ? GDR_MEM_POOL : GDR_MEM_DEVICE,
+					      .device = pi.device };
+		if (pi.pool && pi.map_size) {
+			cv->pool = true;
+			cover_add(cv, pi.map_start, pi.map_start + pi.map_size);
+			rc = cover_pool_allocation(c, cv, &pi);
+			if (rc)
+				return rc;
+		} else {
+			cover_add(cv, GDR_ALIGN_DOWN(pi.start), GDR_ALIGN_UP(pi.start + pi.size));
+		}
+		q = pi.start + pi.size;
+	}
+	*ntags = n;
+	return 0;
+}
+
+/* Pin [base, base+len), evicting unreferenced entries and retrying while the backend is short of
+ * pinnable space (BAR exhaustion: -ENOMEM / -ENOSPC). */
+static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
+{
+	int rc;
+
+	gdr_settle(c); /* what was dropped is unpinned first: no page pinned twice by indexed entries */
+	for (;;) {
+		rc = pin->be->ops->pin(pin->be, pin);
+		if (rc != -ENOMEM && rc != -ENOSPC)
+			break;
+		if (!gdr_evict(c, pin->len))
+			break;
+		c->st.fail_pin_retried++;
+	}
+	if (rc == -EOPNOTSUPP) {
+		c->st.fail_pin++;
+		gdr_err("the %s backend cannot pin [%#llx, +%llu): the CUDA driver refuses it (e.g. memory "
+			"imported with cuIpcOpenMemHandle is not exported as a dma-buf; counted in "
+			"fail_pin)", pin->be->ops->name, (unsigned long long)pin->base,
+			(unsigned long long)pin->len);
+		return rc;
+	}
+	if (rc) {
+		c->st.fail_pin++;
+		gdr_err("pinning [%#llx, +%llu) failed: %d", (unsigned long long)pin->base,
+			(unsigned long long)pin->len, rc);
+		return rc;
+	}
+	c->st.pins++;
+	return 0;
+}
+
+/* How much of an allocation [lo, hi) a miss for [a, a+len) pins, from what is known: the
+ * allocation's size against the budget of unreferenced pinned bytes, and how often it missed before.
+ *  - Small against the budget (1/32 of max_bytes), within max_pin_bytes: all of it. Its later
+ *    requests, and its neighbours' in the same pages, hit; it costs the budget little.
+ *  - Larger: the request, 64 KiB-aligned, unless the allocation has missed PIN_WHOLE_AFTER times
+ *    before (requests keep landing in different parts of it): then all of it, if that fits 1/16
+ *    of the budget and max_pin_bytes. Pinning large allocations whole under a tight budget evicts
+ *    everything else: the churn trace of bench/bench_hit.c went from 31 % to 65 % hits so, and
+ *    widening the request (256 KiB, 1 MiB windows) only lowered it. */
+#define PIN_WHOLE_AFTER 2
+static void pin_extent(struct gdr_cache *c, uint64_t a, uint64_t len, uint64_t lo, uint64_t hi,
+		       const struct gdr_tag *tags, uint64_t *base, uint64_t *end)
+{
+	uint64_t size = hi - lo, misses = 0;
+	struct gdr_sync_set *s;
+
+	if (size <= c->cfg.max_pin_bytes && size <= c->cfg.max_bytes / 32)
+		goto whole;
+	HASH_FIND(hh, c->synced, &tags[0].buffer_id, sizeof(tags[0].buffer_id), s);
+	if (s)
+		misses = s->misses++;
+	if (misses >= PIN_WHOLE_AFTER && size <= c->cfg.max_pin_bytes &&
+	    size <= c->cfg.max_bytes / 16)
+		goto whole;
+	*base = GDR_ALIGN_DOWN(a);
+	*end = GDR_ALIGN_UP(a + len);
+	return;
+whole:
+	*base = GDR_ALIGN_DOWN(lo);
+	*end = GDR_ALIGN_UP(hi);
+}
+
+/* A miss: pin a new entry for tags, taking over the entries it overlaps. */
+static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint64_t len,
+			const struct gdr_tag *tags, uint32_t ntags, const struct pin_cover *cv,
+			struct gdr_entry **out)
+{
+	uint64_t lo = tags[0].start, hi = tags[ntags - 1].start + tags[ntags - 1].size;
+	uint64_t base, end;
+	struct gdr_entry *e;
+	size_t i;
+	int rc;
+
+	/* Pool memory on a backend that pins it by chunks: the chunks holding the range (the
+	 * least the driver exports); else the whole allocation(s) up to the cap, else the requested
+	 * range; 64 KiB-aligned. */
+	if (cv->pool && be->ops->pool_by_chunk) {
+		base = cv->lo;
+		end = cv->hi;
+	} else {
+		pin_extent(c, a, len, lo, hi, tags, &base, &end);
+	}
+	if (posix_memalign((void **)&e, 64, sizeof(*e)))
+		return -ENOMEM;
+	memset(e, 0, sizeof(*e));
+	rc = gdr_entry_add_tags(e, tags, ntags);
+	if (rc)
+		goto err_free;
+
+	/* Entries sharing pages with the new range: a valid one is merged into it (its range and
+	 * tags), a stale one dropped; either way it leaves the index first, so no page is pinned
+	 * twice by indexed entries. */
+	i = gdr_index_lower(&c->index, base);
+	while (i < c->index.n && c->index.v[i]->base < end) {
+		struct gdr_entry *o = c->index.v[i];
+
+		if (gdr_entry_check(c, o, o->base, o->len, true) < 0) {
+			gdr_entry_stale(c, o);
+			continue;
+		}
+		rc = gdr_entry_add_tags(e, o->tags, o->ntags);
+		if (rc)
+			goto err_free;
+		if (o->base < base)
+			base = o->base;
+		if (o->base + o->len > end)
+			end = o->base + o->len;
+		c->st.overlap_merged++;
+		gdr_entry_drop(c, o);
+		i = gdr_index_lower(&c->index, base);
+	}
+
+	e->base = e->pin.base = base;
+	e->len = e->pin.len = end - base;
+	e->pin.dmabuf_fd = -1;
+	e->pin.device = tags[0].device;
+	e->pin.be = be;
+	rc = pin_retry(c, &e->pin);
+	if (rc)
+		goto err_free;
+	rc = gdr_index_insert(&c->index, e);
+	if (rc) {
+		e->pin.be->ops->unpin(e->pin.be, &e->pin);
+		goto err_free;
+	}
+	DL_APPEND(c->lru, e);
+	c->st.entries++;
+	gdr_stats_pinned(c, (int64_t)e->len);
+	*out = e;
+	return 0;
+
+err_free:
+	if (e->tags != &e->tag0)
+		free(e->tags);
+	free(e);
+	return rc;
+}
+
+static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
+		    struct gdr_region **out)
+{
+	struct gdr_region *r;
+	int rc;
+
+	if (!pd) {
+		c->st.fail_input++;
+		gdr_err("%#llx is not GPU memory%s and no PD was given: nothing to register",
+			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
+		return c->cuda_ok ? -EINVAL : -ENODEV;
+	}
+	rc = gdr_region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
+	if (rc)
+		return rc;
+	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
+	if (rc) {
+		c->st.fail_mr++;
+		gdr_record_retire(c, r);
+		gdr_record_free(c, r);
+		return rc;
+	}
+	__atomic_store_n(&r->refs, 1, __ATOMIC_RELAXED);
+	c->st.passthrough++;
+	c->nhost++;
+	*out = r;
+	return 0;
+}
+
+/* ---- the backend of a device ---------------------------------------------------------------------- */
+
+/* The backend that pins memory of the device the tags are on: the cache's own when it serves that
+ * device, else (mode AUTO) the next one in the automatic order that does, chosen once per device.
+ * 0 and *be; -EOPNOTSUPP when none does (logged once a device); -EINVAL: the range spans GPUs. */
+static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t ntags,
+		       struct gdr_be **be)
+{
+	int d = tags[0].device;
+	const char *why = "";
+
+	for (uint32_t i = 1; i < ntags; i++)
+		if (tags[i].device != d) {
+			c->st.fail_input++;
+			gdr_err("the range at %#llx spans CUDA devices %d and %d",
+				(unsigned long long)tags[0].start, d, tags[i].device);
+			return -EINVAL;
+		}
+	if (d < 0 || d >= GDR_MAX_DEVICES)
+		d = 0; /* not a device ordinal the driver reports: the cache's backend decides */
+	if (c->dev_be[d]) {
+		*be = c->dev_be[d];
+		return 0;
+	}
+	if (c->dev_refused[d])
+		return -EOPNOTSUPP;
+	if (!c->backend->ops->serves || c->backend->ops->serves(c->backend, d, &why)) {
+		c->dev_be[d] = c->backend;
+	} else if (gdr_backend_for_device(&c->cfg, c->backend, d, be) == 0) {
+		c->extra_be[c->nextra_be++] = *be;
+		c->dev_be[d] = *be;
+		if ((*be)->ops->revokes)
+			__atomic_store_n(&c->may_revoke, true, __ATOMIC_RELAXED);
+	} else {
+		c->dev_refused[d] = true;
+		gdr_warn("CUDA device %d: backend %s cannot pin its memory (%s)%s; its registrations "
+			 "fail with -EOPNOTSUPP", d, c->backend->ops->name, why,
+			 c->cfg.backend == GDR_BACKEND_AUTO ? " and no other backend can" : "");
+		return -EOPNOTSUPP;
+	}
+	*be = c->dev_be[d];
+	return 0;
+}
+
+/* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
+
+/* The locked path: misses, stale entries, new records, pending events. */
+int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		      uint64_t len, int access, bool exact, struct gdr_region **out)
+{
+	struct gdr_tag tags[GDR_MAX_TAGS];
+	struct pin_cover cover;
+	struct gdr_be *be = NULL;
+	struct gdr_entry *e;
+	uint32_t ntags = 0;
+	int rc;
+
+	gdr_cache_drain_events(c);
+	e = gdr_index_find(&c->index, a);
+	if (e && gdr_entry_exact_full(e, pd, access, a, len, exact)) {
+		/* As many remote-access ranges as an entry keeps: it is replaced (held, it is detached
+		 * with its MRs until released); the new one starts with none. */
+		c->exact_replaced++;
+		gdr_entry_drop(c, e);
+		gdr_settle(c);
+		e = NULL;
+	}
+	if (e && a + len <= e->base + e->len) {
+		rc = gdr_entry_check(c, e, a, len, false);
+		if (rc == 0) {
+			c->st.hits++;
+			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+		}
+		if (rc < 0) {
+			gdr_entry_stale(c, e);
+			e = NULL;
+		}
+	} else {
+		e = NULL;
+	}
+
+	if (!c->cuda_ok)
+		return reg_host(c, pd, a, len, access, out);
+	rc = classify(c, a, len, tags, &ntags, &cover);
+	if (rc == 1)
+		return reg_host(c, pd, a, len, access, out);
+	if (rc)
+		return rc;
+	/* Classified while a free of this memory may be running: it may be gone when the driver
+	 * returns. Nothing is cached; the caller waits for the free and starts again. */
+	if (gdr_cache_free_inflight(a, len, tags, ntags))
+		return -EINPROGRESS;
+	rc = backend_for(c, tags, ntags, &be);
+	if (rc)
+		return rc;
+	if (!pd && !be->ops->pins_without_pd) {
+		c->st.fail_input++;
+		gdr_err("backend %s registers GPU memory only with a PD", be->ops->name);
+		return -EOPNOTSUPP;
+	}
+	for (uint32_t i = 0; i < ntags; i++) {
+		rc = sync_memops(c, &tags[i]);
+		if (rc)
+			return rc;
+	}
+
+	/* Inside a pinned range but partly outside its known allocations: another allocation that
+	 * shares the entry's pages. If every allocation the entry already serves is still alive, the
+	 * pinned pages have stayed what they were, so the entry serves the new one too. */
+	if (e) {
+		if (gdr_entry_check(c, e, e->base, e->len, true) < 0) {
+			gdr_entry_stale(c, e);
+		} else {
+			rc = gdr_entry_add_tags(e, tags, ntags);
+			if (rc)
+				return rc;
+			c->st.hits++;
+			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+		}
+	}
+
+	c->st.misses++;
+	rc = entry_create(c, be, a, len, tags, ntags, &cover, &e);
+	if (rc)
+		return rc;
+	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
+	return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+}

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registration records and grace periods: records are made, handed to entries, retired and reused
+ * late (never freed while the cache lives); retired entries and outgrown hash tables are freed after
+ * a grace period (thread.c). Every locked operation ends in gdr_cache_unlock().
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utlist.h>
+
+#include "cache/cache.h"
+#include "cache/caches.h"
+#include "intercept/hooks.h"
+#include "nic/verbs.h"
+
+/* Put a retired record (DEAD, unreachable by lookups, after a grace period) in the reuse queue. */
+void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
+{
+	if (r->entry)
+		gdr_thr_zero(c, r->slot); /* +1 on one thread and -1 on another leave non-zero counters */
+	r->released = 0;
+	r->defer = NULL;
+	if (c->reuse_tail)
+		c->reuse_tail->defer = r;
+	else
+		c->reuse_head = r;
+	c->reuse_tail = r;
+	c->reuse_len++;
+}
+
+/* A record to fill: the oldest retired one once GDR_REUSE_DELAY others were retired after it (or
+ * all slots are taken), else a new one. 0, -ENOSPC (GDR_SLOT_MAX records held), -ENOMEM. */
+static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
+{
+	struct gdr_region *r;
+	uint32_t slot;
+
+	if (c->reuse_len > GDR_REUSE_DELAY || (c->reuse_len && c->slot_next == GDR_SLOT_MAX)) {
+		r = c->reuse_head;
+		c->reuse_head = r->defer;
+		if (!c->reuse_head)
+			c->reuse_tail = NULL;
+		c->reuse_len--;
+		*out = r;
+		return 0;
+	}
+	if (c->slot_next == GDR_SLOT_MAX) {
+		gdr_err("more than %u registration records held", GDR_SLOT_MAX);
+		return -ENOSPC;
+	}
+	slot = c->slot_next;
+	if (slot / GDR_REC_CHUNK >= c->rec_nchunks) {
+		uint32_t n = slot / GDR_REC_CHUNK + 1, cap = c->rec_nchunks;
+		struct gdr_region **v = c->rec_chunks;
+
+		if (n > cap) {
+			cap = cap ? cap : 16;
+			while (cap < n)
+				cap *= 2;
+			v = realloc(v, cap * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			memset(v + c->rec_nchunks, 0, (cap - c->rec_nchunks) * sizeof(*v));
+			c->rec_chunks = v;
+			c->rec_nchunks = cap;
+		}
+	}
+	if (!c->rec_chunks[slot / GDR_REC_CHUNK]) {
+		void *ch;
+
+		if (posix_memalign(&ch, 64, GDR_REC_CHUNK * sizeof(struct gdr_region)))
+			return -ENOMEM;
+		memset(ch, 0, GDR_REC_CHUNK * sizeof(struct gdr_region));
+		c->rec_chunks[slot / GDR_REC_CHUNK] = ch;
+	}
+	r = &c->rec_chunks[slot / GDR_REC_CHUNK][slot % GDR_REC_CHUNK];
+	r->slot = slot;
+	c->slot_next++;
+	*out = r;
+	return 0;
+}
+
+/* A record leaves service: every later gdr_dereg of it is refused. Its counters are reset and it
+ * is queued for reuse after a grace period (reclaim), when no release that saw it alive is left. */
+void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r)
+{
+	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of it are void */
+	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
+	if (r->exact && r->mr) {
+		gdr_verbs_dereg(r->mr); /* its own MR: nobody holds the record any more */
+		r->mr = NULL;
+		if (r->entry && r->entry->nexact)
+			r->entry->nexact--;
+	}
+}
+
+/* Free what was retired: no lookup can still be reading it once a grace period that began after
+ * its retirement has ended. Called right after one. */
+static void free_deferred(struct gdr_cache *c)
+{
+	struct gdr_entry *e;
+	struct gdr_region *r;
+
+	while ((e = c->deferred)) {
+		c->deferred = e->defer;
+		while ((r = e->regions)) {
+			e->regions = r->next;
+			gdr_record_free(c, r);
+		}
+		if (e->tags != &e->tag0)
+			free(e->tags);
+		free(e);
+	}
+	while ((r = c->deferred_regions)) {
+		c->deferred_regions = r->defer;
+		gdr_record_free(c, r);
+	}
+	gdr_index_reclaim(&c->index);
+	c->ndeferred = 0;
+}
+
+/* A grace period (thread.c), and what was retired before it freed. */
+void gdr_cache_sync(struct gdr_cache *c)
+{
+	gdr_thr_sync(c);
+	c->nsyncs++;
+	free_deferred(c);
+}
+
+/* Retired memory waits for the next grace period that happens anyway (a drop, an eviction); one
+ * is run for it alone only once this many items wait, so that a miss, which retires nothing but
+ * an outgrown hash table now and then, pays no grace period (membarrier: an IPI to every CPU
+ * running a thread of the process). */
+#define GDR_RECLAIM_BATCH 256
+
+void gdr_reclaim(struct gdr_cache *c, bool force)
+{
+	if (!c->deferred && !c->deferred_regions && !c->index.retired)
+		return;
+	if (force || c->ndeferred + c->index.nretired * 16 >= GDR_RECLAIM_BATCH)
+		gdr_cache_sync(c);
+}
+
+/* Every locked operation ends here. A free whose pin release was left to a lock holder (hooks.c)
+ * is acted on now. */
+void gdr_cache_unlock(struct gdr_cache *c)
+{
+	gdr_settle(c);
+	if (c->detached)
+		gdr_reap_detached(c);
+	gdr_reclaim(c, false);
+	gdr_cache_unlock_plain(c);
+	if (!gdr_cache_locks_held && !gdr_cache_applying &&
+	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
+		gdr_caches_apply_events();
+}
+
+/* ---- registration records ------------------------------------------------------------------- */
+
+/* The range a record of allocation t in e serves: t within e (all of t, unless t is larger than
+ * what the cap let e pin), so that a request inside it is inside the pin. */
+void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64_t *start,
+			 uint64_t *size)
+{
+	uint64_t lo = t->start, hi = t->start + t->size;
+
+	if (e && lo < e->base)
+		lo = e->base;
+	if (e && hi > e->base + e->len)
+		hi = e->base + e->len;
+	*start = lo;
+	*size = hi > lo ? hi - lo : 0;
+}
+
+/* A new record (not held, not linked), or -ENOSPC / -ENOMEM. */
+int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
+		      uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
+{
+	struct gdr_region *r;
+	uint32_t slot;
+	int rc = record_alloc(c, &r);
+
+	if (rc)
+		return rc;
+	slot = r->slot;
+	memset(r, 0, sizeof(*r));
+	r->slot = slot;
+	r->cache = c;
+	r->entry = e;
+	r->pd = pd;
+	r->access = access;
+	r->kind = kind;
+	if (t) {
+		gdr_record_range(e, t, &r->start, &r->size);
+		r->buffer_id = t->buffer_id;
+	}
+	if (e)
+		r->estate = (uint8_t)__atomic_load_n(&e->state, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->magic, GDR_REGION_LIVE, __ATOMIC_RELEASE);
+	*out = r;
+	return 0;
+}
+
+/* Link a new record to e, and into the index's hash where lookups find it if e is indexed. */
+void gdr_region_link(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r)
+{
+	/* Into the hash first: a table it grows is rebuilt from the entries' lists. */
+	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) == GDR_LIVE)
+		gdr_index_add_record(&c->index, r);
+	r->next = e->regions;
+	__atomic_store_n(&e->regions, r, __ATOMIC_RELEASE);
+}
+
+void gdr_region_unlink(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r)
+{
+	struct gdr_region **p;
+
+	gdr_index_del_record(&c->index, r);
+	for (p = &e->regions; *p; p = &(*p)->next) {
+		if (*p == r) {
+			__atomic_store_n(p, r->next, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+/* Under the lock. */
+int64_t gdr_region_holds(struct gdr_cache *c, const struct gdr_region *r)
+{
+	return (int64_t)((uint64_t)gdr_thr_sum(c, r->slot) - (uint64_t)r->released);
+}

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The two paths of gdr_reg and gdr_dereg. The hit path takes no lock and writes no cache line that
+ * other threads' hits write: it finds the registration record in the index's hash (or this thread's
+ * memo of its last hit), adds one to its own thread's hold counter for it and validates; anything
+ * else takes the cache's mutex (miss.c).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cache/cache.h"
+#include "intercept/events.h"
+#include "nic/verbs.h"
+
+/* The record serving (pd, access, [a, a+len)) in the index's hash (index.h), or NULL. Inside
+ * a read-side section: records found are not retired and reused under us. Levels are probed most
+ * populated first, a slot at a time. (Measured on the H100 against this: reading every level's
+ * first group of four slots up front, or a group at a time with a branch-free match mask, to spare
+ * the branches on which level and slot hold the record, made random hits 12-18 ns slower.) */
+static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, const struct ibv_pd *pd,
+					    int access, uint64_t a, uint64_t len, bool exact)
+{
+	uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE), mask = (1ULL << h->bits) - 1;
+
+	for (unsigned n = (unsigned)(order >> 60); n; n--, order >>= 4) {
+		uint64_t key = gdr_hix_key(a, (unsigned)(order & 15));
+		uint64_t part = gdr_hix_part(a, (unsigned)(order & 15));
+
+		for (uint64_t j = gdr_hix_pos(key, h->bits);; j = (j + 1) & mask) {
+			uint64_t sk = __atomic_load_n(&h->v[j].key, __ATOMIC_ACQUIRE);
+
+			if (sk == key) {
+				uint64_t w = __atomic_load_n(&h->v[j].word, __ATOMIC_ACQUIRE);
+				struct gdr_region *r = (struct gdr_region *)(uintptr_t)
+					((w & ((1ULL << GDR_HIX_PTR_BITS) - 1)) << 6);
+
+				if (((w >> GDR_HIX_PTR_BITS) & 511) <= part &&
+				    part <= w >> (GDR_HIX_PTR_BITS + 9) &&
+				    gdr_record_serves(r, pd, access, a, len, exact))
+					return r;
+			} else if (sk == GDR_HIX_EMPTY) {
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* What the hit path found wrong with a held entry: the locked path retires it. */
+struct stale_hit {
+	struct gdr_entry *e;
+	int64_t *ctr;          /* the hold to give back once e is retired */
+	bool revoked;
+};
+
+/* The hit path: no lock, no shared write. 0 and *out; 1: take the locked path; 2: the same, but
+ * the entry in *st failed validation (still held). */
+static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		    uint64_t len, int access, bool exact, struct gdr_region **out,
+		    struct stale_hit *st)
+{
+	struct gdr_entry *e = NULL;
+	struct gdr_region *r = NULL;
+	int64_t *ctr = NULL;
+	uint64_t gen;
+
+	if (!pd)
+		access = 0;
+	if (c->validator->events && gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
+		return 1; /* a free to apply first */
+	gdr_thr_enter(t);
+	gen = __atomic_load_n(&c->gen, __ATOMIC_SEQ_CST);
+	r = t->memo;
+	if (t->memo_gen == gen && r && gdr_record_serves(r, pd, access, a, len, exact)) {
+		/* The same record as this thread's last hit, and nothing retired since: no search. */
+		e = r->entry;
+	} else {
+		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), pd, access, a, len, exact);
+		e = r ? r->entry : NULL;
+	}
+	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
+	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
+	    __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == GDR_LIVE)
+		ctr = gdr_thr_counter(t, r->slot);
+	if (ctr) {
+		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+		t->memo = r;
+		t->memo_gen = gen;
+	}
+	gdr_thr_leave(t);
+	if (!ctr)
+		return 1;
+	/* Held: e stays pinned and indexed or detached; now prove the memory is still the same. */
+	*st = (struct stale_hit){ .e = e, .ctr = ctr, .revoked = gdr_entry_revoked(c, e) };
+	if (st->revoked)
+		return 2;
+	if (!c->validator->events) {
+		struct gdr_tag tag = { .start = r->start, .size = r->size, .buffer_id = r->buffer_id };
+
+		__atomic_store_n(&t->tag_checks, t->tag_checks + 1, __ATOMIC_RELAXED);
+		if (c->validator->check(&tag))
+			return 2;
+	}
+	if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
+		__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->fast_hits, t->fast_hits + 1, __ATOMIC_RELAXED);
+	*out = r;
+	return 0;
+}
+
+GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
+		       struct gdr_region **region)
+{
+	uint64_t a = (uintptr_t)addr;
+	bool wide = access & GDR_ACCESS_WIDE_MR, cached_only = access & GDR_REG_CACHED_ONLY, exact;
+	struct stale_hit st;
+	struct gdr_thr *t;
+	int rc;
+
+	if (!c || !region) {
+		gdr_err("NULL %s", c ? "region pointer" : "cache");
+		return -EINVAL;
+	}
+	*region = NULL;
+	access &= ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY);
+	/* Remote access gets keys bounded by what was asked (a remote peer must not reach the rest
+	 * of the pin), unless the caller asked for the wide MR. */
+	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !wide;
+	if (!len || a + len < a) {
+		gdr_cache_lock(c);
+		c->st.fail_input++;
+		gdr_cache_unlock_plain(c);
+		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
+		return -EINVAL;
+	}
+	t = gdr_thr_get(c);
+	if (!t)
+		return -ENOMEM;
+	rc = reg_fast(c, t, pd, a, len, access, exact, region, &st);
+	if (!rc)
+		return 0;
+	if (rc == 1 && cached_only)
+		return -ENOENT; /* nothing asked of the driver, nothing locked */
+	gdr_cache_lock(c);
+	if (rc == 2) {
+		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
+		c->st.revoked += st.revoked;
+		if (__atomic_load_n(&st.e->state, __ATOMIC_RELAXED) == GDR_LIVE)
+			gdr_entry_stale(c, st.e);
+		__atomic_store_n(st.ctr, __atomic_load_n(st.ctr, __ATOMIC_RELAXED) - 1,
+				 __ATOMIC_RELAXED);
+	}
+	if (cached_only) {
+		gdr_cache_unlock(c);
+		return -ENOENT;
+	}
+	for (unsigned tries = 0;; tries++) {
+		rc = gdr_reg_locked(c, t, pd, a, len, access, exact, region);
+		if (rc != -EINPROGRESS)
+			break;
+		__atomic_add_fetch(&c->reg_waits, 1, __ATOMIC_RELAXED);
+		gdr_cache_unlock(c);
+		if (tries < 64)
+			sched_yield();
+		else
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		gdr_cache_lock(c);
+	}
+	if (!rc)
+		gdr_evict(c, 0);
+	gdr_cache_unlock(c);
+	return rc;
+}
+
+/* Release a host registration (passed through, not cached). */
+static int host_put(struct gdr_cache *c, struct gdr_region *r)
+{
+	gdr_cache_lock(c);
+	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
+	    !__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
+		c->st.fail_input++;
+		gdr_cache_unlock_plain(c);
+		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
+		return -EINVAL;
+	}
+	gdr_verbs_dereg(r->mr);
+	c->nhost--;
+	gdr_record_retire(c, r);
+	gdr_record_free(c, r); /* host records are never read without the lock */
+	gdr_cache_unlock_plain(c);
+	return 0;
+}
+
+/* A release by a thread that holds none of r itself (another thread registered it): under the
+ * lock, where r cannot be retired, and only while the holds summed over threads are above zero.
+ * Needs no memory: the hold is given back in the record. */
+static int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
+{
+	gdr_cache_lock(c);
+	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
+	    gdr_region_holds(c, r) <= 0) {
+		c->st.fail_input++;
+		gdr_cache_unlock_plain(c);
+		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
+		return -EINVAL;
+	}
+	r->released++;
+	if (__atomic_load_n(&r->entry->state, __ATOMIC_RELAXED) != GDR_LIVE ||
+	    __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
+		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
+	gdr_cache_unlock(c);
+	return 0;
+}
+
+GDR_EXPORT int gdr_dereg(struct gdr_region *r)
+{
+	struct gdr_cache *c;
+	struct gdr_thr *t;
+	uint32_t state = GDR_LIVE;
+	bool fast = false;
+
+	if (!r) {
+		gdr_err("NULL region");
+		return -EINVAL;
+	}
+	/* Records are never freed while their cache lives: reading a released one is safe. */
+	c = r->cache;
+	if (__builtin_expect(!r->entry, 0)) {
+		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+			goto released;
+		return host_put(c, r);
+	}
+	t = gdr_thr_find(c);
+	if (__builtin_expect(t != NULL, 1)) {
+		/* Inside a read-side section: r and its entry are not retired and reused under us,
+		 * and nothing of them is read after the hold is given back but in it. */
+		gdr_thr_enter(t);
+		if (__builtin_expect(__atomic_load_n(&r->magic, __ATOMIC_RELAXED) ==
+				     GDR_REGION_LIVE, 1)) {
+			int64_t *ctr = gdr_thr_counter(t, r->slot);
+			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
+
+			if (__builtin_expect(v > 0, 1)) {
+				__atomic_store_n(ctr, v - 1, __ATOMIC_RELEASE);
+				state = __atomic_load_n(&r->entry->state, __ATOMIC_SEQ_CST);
+				fast = true;
+			}
+		}
+		gdr_thr_leave(t);
+	}
+	if (!fast) {
+		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+			goto released;
+		return dereg_locked(c, r);
+	}
+	/* Detached (held when it left the index): reap it if this was its last hold. Dying: its
+	 * retirer sums the holds after a grace period that waits for this release. */
+	if (state == GDR_DETACHED || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
+		gdr_cache_lock(c);
+		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
+		gdr_cache_unlock(c);
+	}
+	return 0;
+
+released:
+	gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
+	return -EINVAL;
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/* What the GPUs offer to pins (BAR1 and memory), for the cache's default limits. */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "common/defs.h"
+#include "cuda/cuda.h"
+
+/* What the GPUs offer to pins: BAR1 (what GPUDirect RDMA maps: nvidia_p2p_get_pages and a NIC's
+ * peer-to-peer access to a dma-buf both take BAR1 space) and memory. Found without NVML: the PCI
+ * address from cuDeviceGetAttribute, BAR1's size from sysfs (resource, second line), memory from
+ * cuDeviceTotalMem_v2. Once per process. */
+static struct gdr_cuda_devices dev_facts;
+
+static uint64_t bar1_size(int dev)
+{
+	int domain = 0, bus = -1, slot = -1;
+	unsigned long long lo = 0, hi = 0, flags = 0;
+	char path[96], line[160];
+	uint64_t size = 0;
+	FILE *f;
+
+	if (gdr_cuda_device_attr(dev, 33 /* PCI_BUS_ID */, &bus) ||
+	    gdr_cuda_device_attr(dev, 34 /* PCI_DEVICE_ID */, &slot) || bus < 0 || slot < 0)
+		return 0;
+	gdr_cuda_device_attr(dev, 50 /* PCI_DOMAIN_ID */, &domain);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%04x:%02x:%02x.0/resource", domain, bus,
+		 slot);
+	/* BAR1 is the framebuffer aperture: the largest BAR after BAR0 (which line it is on depends
+	 * on whether BAR0 is a 64-bit BAR: on the H100 VM it is, and BAR1 is the third line). */
+	f = fopen(path, "re");
+	if (f) {
+		for (int i = 0; i < 6 && fgets(line, sizeof(line), f); i++)
+			if (i && sscanf(line, "%llx %llx %llx", &lo, &hi, &flags) == 3 && hi > lo &&
+			    hi - lo + 1 > size)
+				size = hi - lo + 1;
+		fclose(f);
+	}
+	if (!size && !dev_facts.bar1_miss[0])
+		snprintf(dev_facts.bar1_miss, sizeof(dev_facts.bar1_miss), "%s", path);
+	return size;
+}
+
+static void devices_init(void)
+{
+	int (*total_mem)(size_t *bytes, int dev) = NULL;
+	void *h = gdr_cuda_libcuda_handle();
+	int n = gdr_cuda_device_count();
+
+	if (h)
+		*(void **)&total_mem = dlsym(h, "cuDeviceTotalMem_v2");
+	for (int d = 0; d < n && d < GDR_MAX_DEVICES; d++) {
+		uint64_t bar1 = bar1_size(d);
+		size_t mem = 0;
+
+		if (total_mem && total_mem(&mem, d) != 0)
+			mem = 0;
+		dev_facts.bar1 += bar1;
+		dev_facts.mem += mem;
+		dev_facts.ndev += bar1 || mem;
+	}
+	snprintf(dev_facts.why, sizeof(dev_facts.why), "%d GPU%s: BAR1 %" PRIu64 " MiB%s%s, memory %"
+		 PRIu64 " MiB", dev_facts.ndev, dev_facts.ndev == 1 ? "" : "s", dev_facts.bar1 >> 20,
+		 dev_facts.bar1_miss[0] ? " (not in " : "", dev_facts.bar1_miss[0] ? "sysfs)" : "",
+		 dev_facts.mem >> 20);
+}
+
+const struct gdr_cuda_devices *gdr_cuda_devices(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, devices_init);
+	return &dev_facts;
+}
