@@ -20,7 +20,8 @@ struct gdrs {
 int gdrs_open(struct sys *s, int events, const struct sys_limits *lim)
 {
 	static const char *const be_names[] = { "auto", "kmod", "dmabuf", "peermem" };
-	static const char *const modes[] = { "tag", "events", "auto" };
+	static const char *const modes[] = { [GDR_VALIDATE_AUTO] = "auto", [GDR_VALIDATE_TAG] = "tag",
+					     [GDR_VALIDATE_EVENTS] = "events" };
 	struct gdr_cache_attr a = { 0 };
 	struct gdrs *g;
 	enum gdr_backend be = GDR_BACKEND_AUTO;
@@ -110,7 +111,8 @@ uint64_t gdrs_pinned(void *p)
 
 void gdrs_describe(void *p, char *buf, size_t len)
 {
-	static const char *const modes[] = { "tag", "events", "auto" };
+	static const char *const modes[] = { [GDR_VALIDATE_AUTO] = "auto", [GDR_VALIDATE_TAG] = "tag",
+					     [GDR_VALIDATE_EVENTS] = "events" };
 	struct gdr_cache_stats s;
 
 	gdr_cache_get_stats(((struct gdrs *)p)->c, &s);

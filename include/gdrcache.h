@@ -20,28 +20,42 @@
  * after free. Every registration made after the free returned is of the new buffer. Unreferenced pins of
  * freed memory are released inside the free, before it returns (gdr_intercept_get_stats).
  *
- * Errors: every function returns 0 (or a count) on success and a negative errno on failure; none
- * touches errno. Bad input is refused with the error named in its comment and a log line.
+ * Errors: every function returns 0 (or a count) on success and a negative errno on failure, and
+ * leaves errno as it found it: what it calls that may set errno (libc, libibverbs, gdrcache.ko, the
+ * CUDA driver) runs with errno saved and restored, but for the CUDA driver's one BUFFER_ID query of
+ * a hit in mode tag, which the lock-free hit path makes as it is. Bad input is refused with the
+ * error named in its comment and a log line.
+ *
+ * Growth: structures filled by the library (struct gdr_cache_stats, struct gdr_cache_settings,
+ * struct gdr_intercept_stats) may grow at their end in later releases; their functions take the
+ * size the caller knows (sizeof as compiled). Programs built against 0.1 keep 0.1's behaviour
+ * (symbol versions: lib/libgdrcache.map, lib/cache/compat-0_1.c).
  *
  * Environment (read once, at the first gdr_cache_create; explicit attributes override it; a
- * malformed value makes gdr_cache_create fail with -EINVAL and a log line naming it):
- *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (suffixes K, M, G;
- *                          default: half of min(BAR1, memory) over the GPUs, else 4G)
- *   GDRCACHE_MAX_ENTRIES   most cached entries (default: one per MiB of that, at least 4096)
- *   GDRCACHE_MAX_PIN_BYTES allocations up to this size may be pinned whole (default: an eighth
- *                          of GDRCACHE_MAX_BYTES, at least 256M);
- *                          larger ones are pinned in the 64 KiB-aligned requested range
- *   GDRCACHE_BACKEND       auto | kmod | dmabuf | peermem            (default auto)
- *   GDRCACHE_VALIDATE      auto | tag | events                       (default auto)
- *   GDRCACHE_LOG           none | error | warn | info | debug (or 0-4)   (default warn)
- *   GDRCACHE_LOG_FILE      append log lines to this file instead of stderr (%p: the pid)
- *   GDRCACHE_STATS         1 or stderr: every cache's statistics when it is destroyed, at exit and
- *                          on GDRCACHE_STATS_SIGNAL; file:PATH: appended to PATH (%p: the pid)
- *   GDRCACHE_STATS_FORMAT  auto | text | kv | json (default auto: text on stderr, json in a file)
- *   GDRCACHE_STATS_SIGNAL  none | USR1 | USR2 | HUP | RTMIN+n: also write them on this signal
- *   GDRCACHE_KMOD_DEV      path of the kernel module's device        (default /dev/gdrcache)
- *   GDRCACHE_LIBCUDA       file name to dlopen instead of libcuda.so.1 (for tests and debugging)
- *   GDRCACHE_DISABLE       1: the preload passes every call through
+ * malformed value makes gdr_cache_create fail with -EINVAL and a log line naming it; sizes take a
+ * K, M, G or T suffix). One table, lib/common/config.c's, names, defaults and describes them:
+ *   GDRCACHE_LOG_FILE      append log lines to this file instead of stderr; %p is the process id
+ *                          (default stderr)
+ *   GDRCACHE_LOG           the lowest level logged: none, error, warn, info or debug (or 0-4)
+ *                          (default warn)
+ *   GDRCACHE_MAX_BYTES     most bytes kept pinned by unreferenced entries (default half of
+ *                          min(BAR1, memory) summed over the GPUs, else 4G)
+ *   GDRCACHE_MAX_ENTRIES   most cached entries (default one per MiB of GDRCACHE_MAX_BYTES, at least
+ *                          4096)
+ *   GDRCACHE_MAX_PIN_BYTES allocations up to this size may be pinned whole, larger ones in the
+ *                          requested range (default an eighth of GDRCACHE_MAX_BYTES, at least 256M)
+ *   GDRCACHE_BACKEND       how ranges are pinned: auto, kmod, dmabuf or peermem (default auto)
+ *   GDRCACHE_VALIDATE      how a hit is proven: auto, tag or events (default auto)
+ *   GDRCACHE_STATS         write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1
+ *                          or stderr, or appended to file:PATH (default 0)
+ *   GDRCACHE_STATS_FORMAT  how the statistics are written: auto (text on stderr, json in a file),
+ *                          text, kv or json (default auto)
+ *   GDRCACHE_STATS_SIGNAL  also write the statistics on this signal: none, USR1, USR2, HUP or
+ *                          RTMIN+n (default none)
+ *   GDRCACHE_KMOD_DEV      the kernel module's device (default /dev/gdrcache)
+ *   GDRCACHE_LIBCUDA       the CUDA driver library to dlopen, for tests and debugging (default
+ *                          libcuda.so.1)
+ *   GDRCACHE_DISABLE       1: the preload passes every call through untouched (default 0)
  * Every variable, its form and default: gdrcache(7).
  */
 #ifndef GDRCACHE_H
@@ -73,13 +87,14 @@ enum gdr_backend {
 	GDR_BACKEND_PEERMEM = 3,/* ibv_reg_mr on the GPU VA (nvidia-peermem); needs a PD */
 };
 
+/* (0.1 numbered these TAG 0, EVENTS 1, AUTO 2; its binaries keep that: compat-0_1.c.) */
 enum gdr_validate {
-	GDR_VALIDATE_TAG = 0,  /* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
-	GDR_VALIDATE_EVENTS = 1,/* no driver call on a hit: the library learns of every free from the
+	GDR_VALIDATE_AUTO = 0, /* events where proven at start-up, else tag (logged once, in stats) */
+	GDR_VALIDATE_TAG = 1,  /* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
+	GDR_VALIDATE_EVENTS = 2,/* no driver call on a hit: the library learns of every free from the
 				   driver's free entry points (intercepted) and from gdrcache.ko's
 				   revocation page; gdr_cache_create fails with -EOPNOTSUPP when the
 				   interception is not proven to work in this process */
-	GDR_VALIDATE_AUTO = 2, /* events where proven at start-up, else tag (logged once, in stats) */
 };
 
 enum gdr_log_level {
@@ -90,6 +105,13 @@ enum gdr_log_level {
 	GDR_LOG_DEBUG = 4,
 };
 
+/*
+ * Set the lowest level logged, for the whole process (logging is per process, not per cache); it
+ * overrides GDRCACHE_LOG, which is read first. Returns the previous level, or -EINVAL (a level
+ * outside GDR_LOG_NONE..GDR_LOG_DEBUG: nothing changed).
+ */
+int gdr_set_log_level(int level);
+
 /* Which fields of struct gdr_cache_attr are set; others take the environment or the default. */
 enum gdr_cache_attr_field {
 	GDR_CACHE_ATTR_MAX_BYTES = 1u << 0,
@@ -97,7 +119,7 @@ enum gdr_cache_attr_field {
 	GDR_CACHE_ATTR_MAX_PIN_BYTES = 1u << 2,
 	GDR_CACHE_ATTR_BACKEND = 1u << 3,
 	GDR_CACHE_ATTR_VALIDATE = 1u << 4,
-	GDR_CACHE_ATTR_LOG_LEVEL = 1u << 5,
+	/* 1u << 5 was 0.1's log level: refused (unknown bit); use gdr_set_log_level */
 };
 
 struct gdr_cache_attr {
@@ -107,7 +129,7 @@ struct gdr_cache_attr {
 	uint64_t max_pin_bytes;/* allocations up to this size are pinned whole */
 	int32_t backend;       /* enum gdr_backend */
 	int32_t validate;      /* enum gdr_validate */
-	int32_t log_level;     /* enum gdr_log_level; the process-wide level (logging is per process) */
+	uint32_t reserved0;    /* must be 0 (0.1's log_level: now gdr_set_log_level) */
 	uint32_t reserved;     /* must be 0 */
 };
 
@@ -123,8 +145,8 @@ enum gdr_mem_kind {
 
 /*
  * Create a cache. attr may be NULL (environment and defaults). Returns 0 and *cache, or
- * -EINVAL (NULL cache, unknown field bits, reserved != 0, a zero limit, an unknown backend or mode,
- * a malformed GDRCACHE_* variable),
+ * -EINVAL (NULL cache, unknown field bits, reserved0 or reserved != 0, a zero limit, an unknown
+ * backend or mode, a malformed GDRCACHE_* variable),
  * -ENODEV (the backend asked for explicitly is unavailable: module not loaded, no CUDA driver),
  * -ENOMEM.
  * A process without libcuda gets a working cache: host memory passes through; GPU paths report
@@ -213,6 +235,7 @@ int gdr_region_pages(const struct gdr_region *region, uint64_t *pages, uint32_t 
  * range's base inside it. -ENOENT for other backends. */
 int gdr_region_dmabuf(const struct gdr_region *region, int *fd, uint64_t *offset);
 
+/* Counters of a cache. It may grow at its end: gdr_cache_get_stats_ex. */
 struct gdr_cache_stats {
 	uint64_t hits;            /* gdr_reg served from a valid cached entry */
 	uint64_t misses;          /* gdr_reg that had to pin */
@@ -241,11 +264,53 @@ struct gdr_cache_stats {
 	uint64_t validate_mode;   /* enum gdr_validate in effect (AUTO resolved) */
 	uint64_t events;          /* free events applied (intercepted driver frees) */
 	uint64_t events_lost;     /* times events were lost (queue overrun): every entry was dropped */
-	uint64_t fast_hits;       /* hits served without the cache lock */
+	uint64_t fast_hits;       /* hits served without the cache lock (the last field of 0.1) */
+	/* 0.2 (gdr_cache_get_stats_ex only); fields added later go after these, and only there. */
+	uint64_t exact_mrs;       /* MRs made of exactly one remote-access range (see gdr_reg) */
+	uint64_t exact_replaced;  /* entries replaced for holding 32 such MRs */
 };
 
-/* Copy the cache's statistics. Returns 0 or -EINVAL. */
+/*
+ * Copy the cache's statistics: min(size, sizeof(struct gdr_cache_stats)) bytes, and zeros in the
+ * bytes past that up to size (a field of a newer header reads 0). size is sizeof(*stats) as the
+ * caller compiled it. Returns 0, or -EINVAL (NULL cache or stats, size smaller than 0.1's struct:
+ * the fields up to fast_hits).
+ */
+int gdr_cache_get_stats_ex(struct gdr_cache *cache, struct gdr_cache_stats *stats, size_t size);
+/* The fields of 0.1 only (hits to fast_hits), whatever the struct has grown to: later fields are
+ * not written. Returns 0 or -EINVAL. */
 int gdr_cache_get_stats(struct gdr_cache *cache, struct gdr_cache_stats *stats);
+
+/* Where a setting of a cache came from. */
+enum gdr_setting_source {
+	GDR_SETTING_DEFAULT = 0, /* the fixed default (GDRCACHE_* variable's documented fallback) */
+	GDR_SETTING_DEVICES = 1, /* derived from the GPUs' BAR1 and memory (limits_why says how) */
+	GDR_SETTING_ENV = 2,     /* its GDRCACHE_* variable */
+	GDR_SETTING_ATTR = 3,    /* struct gdr_cache_attr */
+};
+
+/* What a cache runs with, every default and AUTO resolved. It may grow at its end. */
+struct gdr_cache_settings {
+	uint64_t max_bytes;
+	uint64_t max_entries;
+	uint64_t max_pin_bytes;
+	int32_t backend;          /* enum gdr_backend in use (as gdr_cache_backend) */
+	int32_t validate;         /* enum gdr_validate in effect (never AUTO) */
+	int32_t max_bytes_from;   /* enum gdr_setting_source, of each */
+	int32_t max_entries_from;
+	int32_t max_pin_bytes_from;
+	int32_t backend_from;     /* where what was asked came from (DEFAULT: auto) */
+	int32_t validate_from;
+	uint32_t reserved;        /* 0 */
+	char limits_why[192];     /* how the limits not set were chosen, NUL-terminated: "fixed
+				     defaults", or "from the devices (N GPUs: BAR1 ..., memory ...)" */
+};
+
+/*
+ * Copy the cache's resolved settings: min(size, sizeof(struct gdr_cache_settings)) bytes, and zeros
+ * past that up to size. Returns 0, or -EINVAL (NULL cache or s, size smaller than 0.2's struct).
+ */
+int gdr_cache_get_settings(const struct gdr_cache *cache, struct gdr_cache_settings *s, size_t size);
 
 /* The interception of the CUDA driver's free and allocation entry points, process-wide (what mode
  * events rests on). Entry points, in the order of gdr_intercept_stats.frees[]: */

@@ -48,7 +48,7 @@
  *
  * Nothing is printed for a call that ends as it would without the preload (a program's stderr is
  * its own): such events are logged at info or debug, and unless GDRCACHE_LOG is set the preload
- * creates its cache with the library's logging off (GDR_CACHE_ATTR_LOG_LEVEL: the library logs
+ * creates its cache with the library's logging off (gdr_set_log_level: the library logs
  * the cache's own failures, after which the preload registers the buffer directly).
  */
 #define _GNU_SOURCE
@@ -287,10 +287,8 @@ static void cache_create(void)
 
 	/* Whatever the library reports on the preload's path ends in a direct registration: the
 	 * program sees libibverbs' answer, so its stderr stays its own unless logging was asked for. */
-	if (!gdrp_cfg.log_set) {
-		attr.field_mask = GDR_CACHE_ATTR_LOG_LEVEL;
-		attr.log_level = GDR_LOG_NONE;
-	}
+	if (!gdrp_cfg.log_set)
+		gdr_set_log_level(GDR_LOG_NONE);
 	in_lib++;
 	rc = gdr_cache_create(&attr, &c);
 	in_lib--;

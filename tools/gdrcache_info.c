@@ -4,7 +4,8 @@
  * reports (as ucx_info, fi_info): the library's version, the CUDA driver and its GPUs (dma-buf and
  * GPUDirect RDMA support), the free interception (the real start-up probe), the backend and
  * validation mode a cache gets and why, gdrcache.ko (loaded? version, parameters, pins), and with
- * -c the effective configuration with every variable's default and form.
+ * -c the effective configuration: every variable's value, default, form and description, from the
+ * library's one table (lib/common/config.c), and any test switch that is set.
  *
  * Usage: gdrcache_info [-c] [--json]. Exit 0; 1 if a cache cannot be created.
  */
@@ -193,21 +194,29 @@ static void module(void)
 	end_section();
 }
 
-static void config_one(const char *name, const char *form, const char *value, const char *dflt,
-		       bool set, void *arg)
+/* One row of the configuration table: every user variable; a test switch only when it is set (a
+ * bug report must show it). */
+static void config_one(const struct gdr_config_var *var, const char *value, bool set, void *arg)
 {
 	(void)arg;
+	if (var->test && !set)
+		return;
 	if (json) {
-		printf("%s\"%s\": {\"value\": ", nfields++ ? ", " : "", name);
+		printf("%s\"%s\": {\"value\": ", nfields++ ? ", " : "", var->name);
 		json_str(value);
 		printf(", \"default\": ");
-		json_str(dflt);
+		json_str(var->dflt);
 		printf(", \"set\": %s, \"form\": ", set ? "true" : "false");
-		json_str(form);
+		json_str(var->form);
+		printf(", \"description\": ");
+		json_str(var->desc);
+		if (var->test)
+			printf(", \"test\": true");
 		printf("}");
 	} else {
-		printf("  %-24s %-12s (default %s%s; %s)\n", name, value, dflt, set ? ", set" : "",
-		       form);
+		printf("  %-24s %-12s (%sdefault %s%s; %s)\n", var->name, value,
+		       var->test ? "a test switch, " : "", var->dflt, set ? ", set" : "", var->form);
+		printf("  %-24s %s\n", "", var->desc);
 	}
 }
 
@@ -238,7 +247,7 @@ int main(int argc, char **argv)
 	module();
 	if (conf || json) {
 		section("config");
-		gdr_config_each(config_one, NULL);
+		gdr_config_vars(config_one, NULL);
 		end_section();
 	}
 	if (json)

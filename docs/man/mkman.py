@@ -3,9 +3,12 @@
 """Turn docs/man/gdrcache.man (every manual page of libgdrcache, one source) into roff.
 
 Usage: mkman.py SOURCE CONFIG_C OUTDIR [VERSION]
+       mkman.py --variables CONFIG_C     (the user variables' names, one a line: check_man.sh)
 Writes OUTDIR/manN/NAME.N for every page and every "also:" name (a .so link to its page). The
-"@variables" of a page becomes lib/common/config.c's table (each variable's name and form) with the
-descriptions of the source's "@var NAME: text" lines; it fails if the two sets of names differ.
+"@variables" of a page becomes lib/common/config.c's table (each user variable's name, description,
+default and form: the table is the only place they are written), each followed by the details of
+the source's "@var NAME: text" line if it has one. It fails if a row lacks a column, if an "@var"
+names a variable the table does not have (or a test switch), or if one states a default.
 """
 import os
 import re
@@ -22,19 +25,37 @@ def esc(text):
     return text
 
 
+def c_strings(text):
+    """The value of adjacent C string literals."""
+    return "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', text)).replace('\\"', '"')
+
+
 def config_table(path):
-    """[(name, form)] of lib/common/config.c's table, in its order."""
+    """lib/common/config.c's table, in its order: [{name, form, dflt, desc, test}]."""
     src = open(path).read()
     body = src[src.index("} table[] = {"):]
     body = body[:body.index("\n};")]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    starts = [m.start() for m in re.finditer(r"\{\s*\.name\s*=", body)]
     out = []
-    for m in re.finditer(r'\{\s*"(GDRCACHE_[A-Z0-9_]+)",\s*\w+,\s*[^,]+,\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\}',
-                         body):
-        form = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2)))
-        out.append((m.group(1), form.replace('\\"', '"')))
+    for i, start in enumerate(starts):
+        row = body[start:starts[i + 1] if i + 1 < len(starts) else len(body)]
+        var = {k: c_strings(v) for k, v in
+               re.findall(r'\.(\w+)\s*=\s*((?:"(?:[^"\\]|\\.)*"\s*)+)', row)}
+        var["test"] = bool(re.search(r"\.test\s*=\s*true\b", row))
+        missing = [k for k in ("name", "form", "dflt", "desc") if not var.get(k)]
+        if missing:
+            sys.exit("mkman: %s: a row of the table (%s) lacks %s" % (
+                path, var.get("name", "?"), ", ".join(missing)))
+        out.append(var)
     if not out:
         sys.exit("mkman: no variables found in " + path)
     return out
+
+
+def user_variables(path):
+    """The table's rows a user sets: all but the test switches."""
+    return [v for v in config_table(path) if not v["test"]]
 
 
 def render(page, variables, version):
@@ -74,12 +95,17 @@ def render(page, variables, version):
             out.append(".PP")
         elif line == "@variables":
             flush()
-            for var, form in variables:
+            for var in variables:
+                text = var["desc"] + ("" if var["desc"].endswith(".") else ".")
+                if var["name"] in page["vars"]:
+                    text += " " + page["vars"][var["name"]]
                 out.append(".TP")
-                out.append("\\fB%s\\fR" % esc(var))
-                out.append(esc(page["vars"][var]))
+                out.append("\\fB%s\\fR" % esc(var["name"]))
+                out.append(esc(text))
                 out.append(".br")
-                out.append("Form: %s" % esc(form))
+                out.append("Default: %s" % esc(var["dflt"]))
+                out.append(".br")
+                out.append("Form: %s" % esc(var["form"]))
         elif " :: " in line:
             flush()
             term, text = line.split(" :: ", 1)
@@ -129,18 +155,27 @@ def parse(path):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--variables":
+        print("\n".join(v["name"] for v in user_variables(sys.argv[2])))
+        return
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     source, config_c, outdir = sys.argv[1:4]
     version = sys.argv[4] if len(sys.argv) == 5 else ""
-    variables = config_table(config_c)
+    variables = user_variables(config_c)
     for page in parse(source):
         if "@variables" in page["lines"]:
-            want, have = [v for v, _ in variables], set(page["vars"])
-            if set(want) != have:
-                sys.exit("mkman: %s(%s): lib/common/config.c's variables %s, described %s" % (
-                    page["name"], page["section"], sorted(set(want) - have) or "-",
-                    sorted(have - set(want)) or "-"))
+            extra = set(page["vars"]) - {v["name"] for v in variables}
+            if extra:
+                sys.exit("mkman: %s(%s): @var %s: not a user variable of lib/common/config.c's "
+                         "table" % (page["name"], page["section"], ", ".join(sorted(extra))))
+            for var, text in sorted(page["vars"].items()):
+                if re.search(r"\bdefaults?\b", text, re.I):
+                    sys.exit("mkman: %s(%s): @var %s states a default: lib/common/config.c's "
+                             "table is where it is written" % (page["name"], page["section"], var))
+        elif page["vars"]:
+            sys.exit("mkman: %s(%s): @var lines without @variables" % (page["name"],
+                                                                       page["section"]))
         d = os.path.join(outdir, "man" + page["section"])
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "%s.%s" % (page["name"], page["section"])), "w") as f:

@@ -62,7 +62,8 @@ int main(int argc, char **argv)
 	const char *dev = NULL;
 	int gid = 1, messages = 1000, every = 100, opt, rank, n, setup, all_setup;
 	size_t size = 65536;
-	static const char *const modes[] = { "tag", "events", "auto" };
+	/* enum gdr_validate's names (libgdrcache is the transport's: this file has no gdrcache.h) */
+	static const char *const modes[] = { "auto", "tag", "events" };
 
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);

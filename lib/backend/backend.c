@@ -17,7 +17,7 @@ static const struct gdr_backend_ops *const by_id[] = {
 static const enum gdr_backend auto_order[] = { GDR_BACKEND_KMOD, GDR_BACKEND_DMABUF,
 					       GDR_BACKEND_PEERMEM };
 
-int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b)
+int gdr_backend_select(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **b)
 {
 	const char *why = "";
 	int rc;
@@ -25,7 +25,7 @@ int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b)
 	if (cfg->backend != GDR_BACKEND_AUTO) {
 		const struct gdr_backend_ops *ops = by_id[cfg->backend];
 
-		rc = ops->open(cfg, b, &why);
+		rc = ops->open(cfg, sys, b, &why);
 		if (rc)
 			gdr_err("backend %s (asked for) is unavailable: %s", ops->name, why);
 		else
@@ -35,7 +35,7 @@ int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b)
 	for (size_t i = 0; i < sizeof(auto_order) / sizeof(auto_order[0]); i++) {
 		const struct gdr_backend_ops *ops = by_id[auto_order[i]];
 
-		rc = ops->open(cfg, b, &why);
+		rc = ops->open(cfg, sys, b, &why);
 		if (!rc) {
 			gdr_info("backend %s chosen automatically: %s", ops->name, why);
 			return 0;
@@ -60,7 +60,7 @@ int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *pr
 			after = true;
 			continue;
 		}
-		if (!after || ops->open(cfg, b, &why))
+		if (!after || ops->open(cfg, &primary->sys, b, &why))
 			continue;
 		if (!ops->serves || ops->serves(*b, device, &why)) {
 			gdr_info("backend %s chosen for CUDA device %d, which %s does not serve",
@@ -81,7 +81,8 @@ int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *
 	return -ENOENT;
 }
 
-int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why)
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys, struct gdr_be **out,
+		      const char **why)
 {
 	struct gdr_be *b = calloc(1, sizeof(*b));
 
@@ -90,6 +91,7 @@ int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, co
 		return -ENOMEM;
 	}
 	b->ops = ops;
+	b->sys = *sys;
 	*out = b;
 	return 0;
 }

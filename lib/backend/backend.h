@@ -9,6 +9,24 @@
 #include "gdrcache.h"
 #include "common/config.h"
 
+struct gdr_verbs_ops;
+
+/* gdrcache.ko's system calls (kmod.c's through libc; tests/support/fake_kmod.c simulates them). */
+struct gdr_kmod_sys {
+	int (*open)(const char *path, int flags);
+	int (*close)(int fd);
+	int (*ioctl)(int fd, unsigned long req, void *arg);
+	void *(*mmap)(size_t len, int fd);
+	int (*munmap)(void *addr, size_t len);
+};
+extern const struct gdr_kmod_sys gdr_kmod_sys_libc;
+/* What the library calls below it: the NIC and gdrcache.ko. Each cache has its own (the real ones,
+ * or a test's: cache/seams.h) and gives it to the backends it opens. */
+struct gdr_sys {
+	const struct gdr_verbs_ops *verbs;
+	const struct gdr_kmod_sys *kmod;
+};
+
 /* One pinned range, as a backend made it. */
 struct gdr_be;
 struct gdr_pin {
@@ -27,8 +45,9 @@ struct gdr_be;
 struct gdr_backend_ops {
 	const char *name;
 	enum gdr_backend id;
-	/* Open the backend; 0, or -ENODEV with *why saying what is missing. */
-	int (*open)(const struct gdr_config *cfg, struct gdr_be **b, const char **why);
+	/* Open the backend over sys; 0, or -ENODEV with *why saying what is missing. */
+	int (*open)(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **b,
+		    const char **why);
 	void (*close)(struct gdr_be *b);
 	/* Pin pin->base/len. 0 or -errno (-ENOMEM / -ENOSPC: out of pinnable space, worth evicting). */
 	int (*pin)(struct gdr_be *b, struct gdr_pin *pin);
@@ -50,20 +69,21 @@ struct gdr_backend_ops {
 	/* Whether this backend works without a PD (a pin exists before any MR). */
 	bool pins_without_pd;
 	/* Stream-ordered pool memory is pinned as the whole physical chunks of the pool that hold
-	 * the range (the driver exports a dma-buf of pool memory only so: docs/FACTS); else as the
-	 * 64 KiB-aligned range, like other memory. */
+	 * the range (the driver exports a dma-buf of pool memory only so: docs/FACTS.md, "Pool
+	 * memory"); else as the 64 KiB-aligned range, like other memory. */
 	bool pool_by_chunk;
 };
 /* Every backend embeds this first. */
 struct gdr_be {
 	const struct gdr_backend_ops *ops;
+	struct gdr_sys sys;          /* what it calls below it (given at open) */
 };
 
 extern const struct gdr_backend_ops gdr_backend_kmod_ops;
 extern const struct gdr_backend_ops gdr_backend_dmabuf_ops;
 extern const struct gdr_backend_ops gdr_backend_peermem_ops;
 /* backend.c: choose and open (cfg->backend, AUTO resolved with the reason logged). */
-int gdr_backend_select(const struct gdr_config *cfg, struct gdr_be **b);
+int gdr_backend_select(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **b);
 /* For mode AUTO: open the first backend after `primary` in the automatic order that serves CUDA
  * device `device` (a GPU without dma-buf support next to one with). 0, or -EOPNOTSUPP (logged). */
 int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *primary, int device,
@@ -72,16 +92,8 @@ int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *pr
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max);
 /* For backends with no state of their own: a bare struct gdr_be, and its release. */
-int gdr_backend_alloc(const struct gdr_backend_ops *ops, struct gdr_be **out, const char **why);
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys, struct gdr_be **out,
+		      const char **why);
 void gdr_backend_free(struct gdr_be *b);
-/* kmod's system calls, replaceable by unit tests (tests/unit/fake_kmod.c). */
-struct gdr_kmod_sys {
-	int (*open)(const char *path, int flags);
-	int (*close)(int fd);
-	int (*ioctl)(int fd, unsigned long req, void *arg);
-	void *(*mmap)(size_t len, int fd);
-	int (*munmap)(void *addr, size_t len);
-};
-extern const struct gdr_kmod_sys *gdr_kmod_sys;
 
 #endif /* GDR_BACKEND_H */

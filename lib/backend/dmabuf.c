@@ -25,7 +25,8 @@ static bool exports_dmabufs(int device)
 
 /* Opens when some GPU exports dma-bufs; a GPU that does not is served by another backend
  * (serves, and gdr_backend_for_device). */
-static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+static int dmabuf_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
+		       const char **why)
 {
 	int n = gdr_cuda_device_count(), d;
 
@@ -40,7 +41,7 @@ static int dmabuf_open(const struct gdr_config *cfg, struct gdr_be **out, const 
 		*why = "no GPU exports dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)";
 		return -ENODEV;
 	}
-	if (gdr_backend_alloc(&gdr_backend_dmabuf_ops, out, why))
+	if (gdr_backend_alloc(&gdr_backend_dmabuf_ops, sys, out, why))
 		return -ENOMEM;
 	*why = d == 0 ? "GPU 0 exports dma-bufs" : "a GPU exports dma-bufs (not GPU 0)";
 	return 0;
@@ -82,7 +83,7 @@ static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv
 			 int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)b;
-	return gdr_verbs_reg_dmabuf(pd, pin->dmabuf_offset + (base - pin->base), len, base,
+	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, pin->dmabuf_offset + (base - pin->base), len, base,
 				    pin->dmabuf_fd, access, mr);
 }
 

@@ -55,7 +55,7 @@ static int sys_munmap(void *addr, size_t len)
 	return munmap(addr, len) ? -errno : 0;
 }
 
-static const struct gdr_kmod_sys kmod_sys_libc = {
+const struct gdr_kmod_sys gdr_kmod_sys_libc = {
 	.open = sys_open,
 	.close = sys_close,
 	.ioctl = sys_ioctl,
@@ -63,20 +63,20 @@ static const struct gdr_kmod_sys kmod_sys_libc = {
 	.munmap = sys_munmap,
 };
 
-const struct gdr_kmod_sys *gdr_kmod_sys = &kmod_sys_libc;
-
 static struct kmod_backend *to_kmod(struct gdr_be *b)
 {
 	return (struct kmod_backend *)b;
 }
 
-static int kmod_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
+		     const char **why)
 {
+	const struct gdr_kmod_sys *ks = sys->kmod;
 	static __thread char reason[512];
 	struct kmod_backend *k;
 	int fd;
 
-	fd = gdr_kmod_sys->open(cfg->kmod_dev, O_RDWR | O_CLOEXEC);
+	fd = ks->open(cfg->kmod_dev, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(reason, sizeof(reason), "cannot open %s: %s", cfg->kmod_dev, strerror(-fd));
 		*why = reason;
@@ -84,13 +84,14 @@ static int kmod_open(const struct gdr_config *cfg, struct gdr_be **out, const ch
 	}
 	k = calloc(1, sizeof(*k));
 	if (!k) {
-		gdr_kmod_sys->close(fd);
+		ks->close(fd);
 		*why = "out of memory";
 		return -ENOMEM;
 	}
 	k->base.ops = &gdr_backend_kmod_ops;
+	k->base.sys = *sys;
 	k->fd = fd;
-	if (gdr_kmod_sys->ioctl(fd, GDRCACHE_IOCTL_GET_VERSION, &k->ver) ||
+	if (ks->ioctl(fd, GDRCACHE_IOCTL_GET_VERSION, &k->ver) ||
 	    k->ver.major != GDRCACHE_UAPI_VERSION_MAJOR) {
 		snprintf(reason, sizeof(reason), "%s speaks ABI %u.%u, the library %u.%u",
 			 cfg->kmod_dev, k->ver.major, k->ver.minor, GDRCACHE_UAPI_VERSION_MAJOR,
@@ -99,7 +100,7 @@ static int kmod_open(const struct gdr_config *cfg, struct gdr_be **out, const ch
 		goto err_close;
 	}
 	if (k->ver.features & GDRCACHE_FEAT_EVENTS) {
-		k->area = gdr_kmod_sys->mmap(k->ver.revoke_area_size, fd);
+		k->area = ks->mmap(k->ver.revoke_area_size, fd);
 		if (!k->area)
 			gdr_warn("cannot map %s's revocation area: kernel events unused",
 				 cfg->kmod_dev);
@@ -111,7 +112,7 @@ static int kmod_open(const struct gdr_config *cfg, struct gdr_be **out, const ch
 	return 0;
 
 err_close:
-	gdr_kmod_sys->close(fd);
+	ks->close(fd);
 	free(k);
 	return -ENODEV;
 }
@@ -121,15 +122,15 @@ static void kmod_close(struct gdr_be *b)
 	struct kmod_backend *k = to_kmod(b);
 
 	if (k->area)
-		gdr_kmod_sys->munmap((void *)k->area, k->ver.revoke_area_size);
-	gdr_kmod_sys->close(k->fd);  /* the module releases whatever is still pinned */
+		k->base.sys.kmod->munmap((void *)k->area, k->ver.revoke_area_size);
+	k->base.sys.kmod->close(k->fd);  /* the module releases whatever is still pinned */
 	free(k);
 }
 
 static int kmod_pin(struct gdr_be *b, struct gdr_pin *pin)
 {
 	struct gdrcache_pin p = { .va = pin->base, .len = pin->len };
-	int rc = gdr_kmod_sys->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_PIN, &p);
+	int rc = b->sys.kmod->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_PIN, &p);
 
 	if (rc)
 		return rc;
@@ -143,7 +144,7 @@ static int kmod_pin(struct gdr_be *b, struct gdr_pin *pin)
 static void kmod_unpin(struct gdr_be *b, struct gdr_pin *pin)
 {
 	struct gdrcache_unpin u = { .handle = pin->kmod_handle };
-	int rc = gdr_kmod_sys->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_UNPIN, &u);
+	int rc = b->sys.kmod->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_UNPIN, &u);
 
 	if (rc)
 		gdr_err("unpin of handle %#llx failed: %d", (unsigned long long)u.handle, rc);
@@ -153,8 +154,8 @@ static void kmod_unpin(struct gdr_be *b, struct gdr_pin *pin)
 static int kmod_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
 		       int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
-	(void)b, (void)pin;
-	return gdr_verbs_reg(pd, (void *)(uintptr_t)base, len, base, access, mr);
+	(void)pin;
+	return gdr_verbs_reg(b->sys.verbs, pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
 static int kmod_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
@@ -165,7 +166,7 @@ static int kmod_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pag
 		.pages_ptr = (uintptr_t)pages,
 		.max_pages = max,
 	};
-	int rc = gdr_kmod_sys->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_GET_PAGES, &g);
+	int rc = b->sys.kmod->ioctl(to_kmod(b)->fd, GDRCACHE_IOCTL_GET_PAGES, &g);
 
 	return rc ? rc : (int)g.page_count;
 }

@@ -10,10 +10,11 @@
 #include "common/config.h"
 #include "nic/verbs.h"
 
-static int peermem_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+static int peermem_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
+			const char **why)
 {
 	(void)cfg;
-	if (gdr_backend_alloc(&gdr_backend_peermem_ops, out, why))
+	if (gdr_backend_alloc(&gdr_backend_peermem_ops, sys, out, why))
 		return -ENOMEM;
 	*why = "ibv_reg_mr on GPU addresses (needs nvidia-peermem)";
 	return 0;
@@ -34,8 +35,8 @@ static void peermem_unpin(struct gdr_be *b, struct gdr_pin *pin)
 static int peermem_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
 			  int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
-	(void)b, (void)pin;
-	return gdr_verbs_reg(pd, (void *)(uintptr_t)base, len, base, access, mr);
+	(void)pin;
+	return gdr_verbs_reg(b->sys.verbs, pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
 const struct gdr_backend_ops gdr_backend_peermem_ops = {

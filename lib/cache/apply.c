@@ -75,9 +75,9 @@ static bool tag_holds_start(struct gdr_cache *c, const struct gdr_tag *t, const 
  * and the range the driver reports may be wider than the allocation freed, so every entry is looked
  * at. A free of an allocation the entry has no tag for leaves it: an entry's pages all lie in
  * physical chunks that hold one of its tagged allocations, and a chunk stays mapped while any
- * allocation in it lives (docs/FACTS), so freeing a neighbour in the chunk (the other allocations
- * of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's neighbours) changes no page
- * the entry pinned. */
+ * allocation in it lives (docs/FACTS.md, "Pool memory"), so freeing a neighbour in the chunk (the
+ * other allocations of a stream-ordered pool's 32 MiB chunk, a sub-allocated cuMemAlloc's
+ * neighbours) changes no page the entry pinned. */
 static void drop_allocation(struct gdr_cache *c, uint64_t start)
 {
 	drop_tagged(c, tag_holds_start, &start);
@@ -116,7 +116,7 @@ static bool tag_freed(struct gdr_cache *c, const struct gdr_tag *t, const void *
 /* A context's memory was freed (GDR_EV_CTX): ask the driver about every cached allocation and drop
  * the entries whose memory went. A freed allocation's BUFFER_ID query fails and ids are never
  * reused, so this drops exactly those: another device's entries, and pool and VMM memory, which
- * survive a context (docs/FACTS), stay. */
+ * survive a context (docs/FACTS.md, "Several GPUs"), stay. */
 static void revalidate_all(struct gdr_cache *c)
 {
 	drop_tagged(c, tag_freed, NULL);

@@ -3,8 +3,10 @@
 #ifndef GDR_CACHE_CACHE_H
 #define GDR_CACHE_CACHE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "gdrcache.h"
 #include "common/config.h"
@@ -103,6 +105,8 @@ struct gdr_cache {
 
 	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
+	struct gdr_sys sys;              /* the NIC and gdrcache.ko: real, or a test's (seams.h) */
+	int (*events_probe)(const char **why); /* proves the interception (seams.h) */
 	bool cuda_ok;
 	struct gdr_index index;
 	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
@@ -121,6 +125,7 @@ struct gdr_cache {
 	struct gdr_sync_set *synced;
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
+	struct gdr_cache_settings set;   /* resolved at create, then immutable (get_settings) */
 	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
 	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
 	uint64_t exact_mrs;              /* MRs made for one remote-access range (exact records) */
@@ -218,9 +223,35 @@ bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tag
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);
 
-/* Create with an explicit backend (NULL ops: the configured one); what unit tests use. */
-int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
-			 struct gdr_cache **cache);
+
+/* The header's promise: no public function changes errno. Declared at the start of a public entry
+ * point's slow path (never on the lock-free hit path), it restores errno however the scope is left:
+ * libc, libibverbs, gdrcache.ko's system calls and the CUDA driver may all set it. */
+static inline void gdr_errno_restore(const int *saved)
+{
+	errno = *saved;
+}
+#define GDR_KEEP_ERRNO() \
+	int gdr_errno_saved_ __attribute__((cleanup(gdr_errno_restore), unused)) = errno
+
+/* A definition bound to one symbol version of lib/libgdrcache.map (rdma-core's habit): "NAME@@V"
+ * is the one programs link now, "NAME@V" an older one kept for the programs built against it
+ * (compat-0_1.c). The C name of such a definition is NAME_x_y, never NAME. */
+#define GDR_SYMVER(v) GDR_EXPORT __attribute__((symver(v)))
+
+/* struct gdr_cache_stats as 0.1 knew it (hits to fast_hits): what gdr_cache_get_stats writes, and
+ * the least gdr_cache_get_stats_ex accepts. The struct grows only past it. */
+#define GDR_STATS_SIZE_0_1 (offsetof(struct gdr_cache_stats, fast_hits) + sizeof(uint64_t))
+/* struct gdr_cache_settings as 0.2 made it: the least gdr_cache_get_settings accepts. */
+#define GDR_SETTINGS_SIZE_0_2 \
+	(offsetof(struct gdr_cache_settings, limits_why) + \
+	 sizeof(((struct gdr_cache_settings *)0)->limits_why))
+
+/* create.c. Whether gdr_cache_create would accept attr (the environment, then attr), logged as it
+ * would; creates nothing (compat-0_1.c: 0.1's log level is set only for accepted attributes). */
+int gdr_cache_attr_check(const struct gdr_cache_attr *attr);
+/* The statistics into s (under the lock), sizeof(*s) bytes. Returns 0 or -EINVAL. */
+int gdr_cache_stats_get(struct gdr_cache *c, struct gdr_cache_stats *s);
 
 /* stats.c */
 void gdr_stats_print(struct gdr_cache *c, const char *why);

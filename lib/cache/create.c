@@ -28,9 +28,9 @@
  *  - after every call, pinned bytes and entries exceed their limits only by held entries;
  *  - in mode events, no entry is handed out before every free event published so far is applied.
  *
- * This file: attributes and limits, create and destroy, statistics. Records and grace periods:
- * record.c; entries and eviction: entry.c; the miss path: miss.c; the two paths of a registration:
- * reg.c; free events: apply.c.
+ * This file: attributes and limits, create and destroy, statistics and settings (0.1's versions:
+ * compat-0_1.c). Records and grace periods: record.c; entries and eviction: entry.c; the miss
+ * path: miss.c; the two paths of a registration: reg.c; free events: apply.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,12 +41,15 @@
 #include <utlist.h>
 
 #include "cache/cache.h"
+#include "cache/seams.h"
 #include "cuda/cuda.h"
 #include "intercept/events.h"
+#include "intercept/hooks.h"
+#include "nic/verbs.h"
 
 #define ATTR_FIELDS_ALL                                                                         \
 	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |   \
-	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_LOG_LEVEL)
+	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE)
 
 static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 {
@@ -57,7 +60,7 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 			(unsigned long long)(m & ~(uint64_t)ATTR_FIELDS_ALL));
 		return -EINVAL;
 	}
-	if (a->reserved) {
+	if (a->reserved0 || a->reserved) {
 		gdr_err("attribute reserved field is not zero");
 		return -EINVAL;
 	}
@@ -76,11 +79,6 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 		gdr_err("unknown validation mode %d", a->validate);
 		return -EINVAL;
 	}
-	if ((m & GDR_CACHE_ATTR_LOG_LEVEL) &&
-	    (a->log_level < GDR_LOG_NONE || a->log_level > GDR_LOG_DEBUG)) {
-		gdr_err("unknown log level %d", a->log_level);
-		return -EINVAL;
-	}
 	if (m & GDR_CACHE_ATTR_MAX_BYTES)
 		cfg->max_bytes = a->max_bytes;
 	if (m & GDR_CACHE_ATTR_MAX_ENTRIES)
@@ -91,9 +89,18 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 		cfg->backend = a->backend;
 	if (m & GDR_CACHE_ATTR_VALIDATE)
 		cfg->validate = a->validate;
-	if (m & GDR_CACHE_ATTR_LOG_LEVEL)
-		cfg->log_level = a->log_level;
 	return 0;
+}
+
+int gdr_cache_attr_check(const struct gdr_cache_attr *attr)
+{
+	struct gdr_config cfg = *gdr_config_get();
+
+	if (cfg.bad) {
+		gdr_err("%s is malformed (see above): no cache is created", cfg.bad);
+		return -EINVAL;
+	}
+	return attr ? apply_attr(&cfg, attr) : 0;
 }
 
 /* A hit holds the lock for well under a microsecond: spinning a little before sleeping beats a
@@ -108,55 +115,79 @@ static void lock_init(pthread_mutex_t *lock)
 	pthread_mutexattr_destroy(&ma);
 }
 
-struct limits_set {
-	bool max_bytes, max_entries, max_pin_bytes;
+/* The settings the environment sets. */
+struct env_set {
+	bool max_bytes, max_entries, max_pin_bytes, backend, validate;
 };
 
-static void limit_set_by_env(const char *name, const char *form, const char *value,
-			     const char *dflt, bool set, void *arg)
+static void setting_set_by_env(const char *name, const char *form, const char *value,
+			       const char *dflt, bool set, void *arg)
 {
-	struct limits_set *ls = arg;
+	struct env_set *es = arg;
 
 	(void)form, (void)value, (void)dflt;
 	if (!set)
 		return;
 	if (!strcmp(name, "GDRCACHE_MAX_BYTES"))
-		ls->max_bytes = true;
+		es->max_bytes = true;
 	else if (!strcmp(name, "GDRCACHE_MAX_ENTRIES"))
-		ls->max_entries = true;
+		es->max_entries = true;
 	else if (!strcmp(name, "GDRCACHE_MAX_PIN_BYTES"))
-		ls->max_pin_bytes = true;
+		es->max_pin_bytes = true;
+	else if (!strcmp(name, "GDRCACHE_BACKEND"))
+		es->backend = true;
+	else if (!strcmp(name, "GDRCACHE_VALIDATE"))
+		es->validate = true;
 }
 
-/* The limits neither the environment nor the attributes set, from the devices: unreferenced pins
- * up to half of what the GPUs can have pinned (the smaller of BAR1 and memory: an 80 GB H100 with
- * 128 GiB of BAR1 gets 40 GiB), an entry per MiB of that (at least the fixed default), a whole
- * allocation pinned up to an eighth of it. Without device facts the fixed defaults stay. Writes
- * what they came from into why. */
-static void derive_limits(struct gdr_config *cfg, uint64_t attr_mask, char *why, size_t n)
+/* Where each setting came from, before any is derived from the devices. */
+static void settings_sources(struct gdr_cache_settings *set, uint64_t attr_mask)
+{
+	struct env_set es = { 0 };
+
+	gdr_config_each(setting_set_by_env, &es);
+#define FROM(bit, env) ((attr_mask & (bit)) ? GDR_SETTING_ATTR : (env) ? GDR_SETTING_ENV : \
+			GDR_SETTING_DEFAULT)
+	set->max_bytes_from = FROM(GDR_CACHE_ATTR_MAX_BYTES, es.max_bytes);
+	set->max_entries_from = FROM(GDR_CACHE_ATTR_MAX_ENTRIES, es.max_entries);
+	set->max_pin_bytes_from = FROM(GDR_CACHE_ATTR_MAX_PIN_BYTES, es.max_pin_bytes);
+	set->backend_from = FROM(GDR_CACHE_ATTR_BACKEND, es.backend);
+	set->validate_from = FROM(GDR_CACHE_ATTR_VALIDATE, es.validate);
+#undef FROM
+	snprintf(set->limits_why, sizeof(set->limits_why), "fixed defaults");
+}
+
+/* The limits neither the environment nor the attributes set (set's *_from: DEFAULT), from the
+ * devices: unreferenced pins up to half of what the GPUs can have pinned (the smaller of BAR1 and
+ * memory: an 80 GB H100 with 128 GiB of BAR1 gets 40 GiB), an entry per MiB of that (at least the
+ * fixed default), a whole allocation pinned up to an eighth of it. Without device facts the fixed
+ * defaults stay. Marks those it set DEVICES, and writes what they came from into set->limits_why. */
+static void derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set)
 {
 	const struct gdr_cuda_devices *dev = gdr_cuda_devices();
-	struct limits_set ls = { 0 };
 	uint64_t pinnable;
 
-	snprintf(why, n, "fixed defaults");
 	pinnable = dev->bar1 && dev->mem ? (dev->bar1 < dev->mem ? dev->bar1 : dev->mem) :
 		dev->bar1 ? dev->bar1 : dev->mem;
 	if (!pinnable)
 		return;
-	gdr_config_each(limit_set_by_env, &ls);
-	if (!ls.max_bytes && !(attr_mask & GDR_CACHE_ATTR_MAX_BYTES))
+	if (set->max_bytes_from == GDR_SETTING_DEFAULT) {
 		cfg->max_bytes = pinnable / 2;
-	if (!ls.max_entries && !(attr_mask & GDR_CACHE_ATTR_MAX_ENTRIES)) {
+		set->max_bytes_from = GDR_SETTING_DEVICES;
+	}
+	if (set->max_entries_from == GDR_SETTING_DEFAULT) {
 		uint64_t e = cfg->max_bytes >> 20;
 
-		if (e > cfg->max_entries)
+		if (e > cfg->max_entries) {
 			cfg->max_entries = e < GDR_SLOT_MAX / 2 ? e : GDR_SLOT_MAX / 2;
+			set->max_entries_from = GDR_SETTING_DEVICES;
+		}
 	}
-	if (!ls.max_pin_bytes && !(attr_mask & GDR_CACHE_ATTR_MAX_PIN_BYTES) &&
-	    cfg->max_bytes / 8 > cfg->max_pin_bytes)
+	if (set->max_pin_bytes_from == GDR_SETTING_DEFAULT && cfg->max_bytes / 8 > cfg->max_pin_bytes) {
 		cfg->max_pin_bytes = cfg->max_bytes / 8;
-	snprintf(why, n, "from the devices (%s)", dev->why);
+		set->max_pin_bytes_from = GDR_SETTING_DEVICES;
+	}
+	snprintf(set->limits_why, sizeof(set->limits_why), "from the devices (%s)", dev->why);
 }
 
 /* Resolve the validation mode: events only where the interception is proven in this process. */
@@ -168,7 +199,7 @@ static int choose_validation(struct gdr_cache *c)
 
 	if (mode != GDR_VALIDATE_TAG) {
 		if (c->cuda_ok)
-			rc = gdr_events_prober(&why);
+			rc = c->events_probe(&why);
 		if (!rc || (!c->cuda_ok && mode == GDR_VALIDATE_EVENTS)) {
 			events = true;
 			gdr_log_once(GDR_LOG_INFO, "validation by free events: hits make no driver call");
@@ -186,13 +217,13 @@ static int choose_validation(struct gdr_cache *c)
 	return 0;
 }
 
-int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
-			 struct gdr_cache **out)
+int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_cache_seams *seams,
+			   struct gdr_cache **out)
 {
+	const struct gdr_backend_ops *ops = seams ? seams->backend : NULL;
 	struct gdr_config cfg;
 	struct gdr_cache *c;
 	const char *why = "";
-	char limits_why[200] = "fixed defaults";
 	int rc;
 
 	if (!out) {
@@ -209,22 +240,25 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		rc = apply_attr(&cfg, attr);
 		if (rc)
 			return rc;
-		if (attr->field_mask & GDR_CACHE_ATTR_LOG_LEVEL)
-			__atomic_store_n(&gdr_log_level, cfg.log_level, __ATOMIC_RELAXED);
 	}
 	if (posix_memalign((void **)&c, 64, sizeof(*c)))
 		return -ENOMEM;
 	memset(c, 0, sizeof(*c));
 	c->cfg = cfg;
+	c->sys.verbs = seams && seams->verbs ? seams->verbs : &gdr_verbs_libibverbs;
+	c->sys.kmod = seams && seams->kmod ? seams->kmod : &gdr_kmod_sys_libc;
+	c->events_probe = seams && seams->events_probe ? seams->events_probe : gdr_events_probe;
 	c->cuda_ok = gdr_cuda_load() == 0;
+	settings_sources(&c->set, attr ? attr->field_mask : 0);
 	if (c->cuda_ok)
-		derive_limits(&c->cfg, attr ? attr->field_mask : 0, limits_why, sizeof(limits_why));
+		derive_limits(&c->cfg, &c->set);
 	rc = choose_validation(c);
 	if (rc) {
 		free(c);
 		return rc;
 	}
-	rc = ops ? ops->open(&cfg, &c->backend, &why) : gdr_backend_select(&cfg, &c->backend);
+	rc = ops ? ops->open(&cfg, &c->sys, &c->backend, &why) :
+		gdr_backend_select(&cfg, &c->sys, &c->backend);
 	if (rc) {
 		if (ops)
 			gdr_err("backend %s unavailable: %s", ops->name, why);
@@ -244,19 +278,30 @@ int gdr_cache_create_ops(const struct gdr_cache_attr *attr, const struct gdr_bac
 		     GDR_VERSION_MINOR, GDR_VERSION_PATCH, c->cuda_ok ? "loaded" : "absent",
 		     c->backend->ops->name, c->validator->name,
 		     (unsigned long long)c->cfg.max_bytes, (unsigned long long)c->cfg.max_entries,
-		     (unsigned long long)c->cfg.max_pin_bytes, limits_why);
+		     (unsigned long long)c->cfg.max_pin_bytes, c->set.limits_why);
+	c->set.max_bytes = c->cfg.max_bytes;
+	c->set.max_entries = c->cfg.max_entries;
+	c->set.max_pin_bytes = c->cfg.max_pin_bytes;
+	c->set.backend = c->backend->ops->id;
+	c->set.validate = c->validator->mode;
 	gdr_stats_track(c);
 	*out = c;
 	return 0;
 }
 
-GDR_EXPORT int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_cache **cache)
+/* gdr_cache_create of 0.2 on: no log level, validate AUTO 0 (0.1's: compat-0_1.c). */
+GDR_SYMVER("gdr_cache_create@@GDRCACHE_0.2")
+int gdr_cache_create_0_2(const struct gdr_cache_attr *attr, struct gdr_cache **cache);
+int gdr_cache_create_0_2(const struct gdr_cache_attr *attr, struct gdr_cache **cache)
 {
-	return gdr_cache_create_ops(attr, NULL, cache);
+	GDR_KEEP_ERRNO();
+
+	return gdr_cache_create_seams(attr, NULL, cache);
 }
 
 GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 {
+	GDR_KEEP_ERRNO();
 	struct gdr_entry *e, *next, *cand = NULL;
 	int64_t held = 0;
 
@@ -311,13 +356,70 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	return 0;
 }
 
-GDR_EXPORT int gdr_cache_get_stats(struct gdr_cache *c, struct gdr_cache_stats *stats)
+int gdr_cache_stats_get(struct gdr_cache *c, struct gdr_cache_stats *s)
 {
-	if (!c || !stats)
+	if (!c || !s) {
+		gdr_err("NULL %s", c ? "statistics" : "cache");
 		return -EINVAL;
+	}
 	gdr_cache_lock(c);
-	gdr_stats_collect(c, stats);
+	gdr_stats_collect(c, s);
 	gdr_cache_unlock_plain(c);
+	return 0;
+}
+
+/* Copy what this library knows of a growable structure into a caller's of size bytes: the common
+ * part, zeros past it. */
+static void copy_sized(void *dst, size_t size, const void *src, size_t known)
+{
+	memcpy(dst, src, size < known ? size : known);
+	if (size > known)
+		memset((char *)dst + known, 0, size - known);
+}
+
+GDR_EXPORT int gdr_cache_get_stats_ex(struct gdr_cache *c, struct gdr_cache_stats *stats,
+				      size_t size)
+{
+	GDR_KEEP_ERRNO();
+	struct gdr_cache_stats s;
+	int rc;
+
+	if (size < GDR_STATS_SIZE_0_1) {
+		gdr_err("statistics size %zu is below 0.1's %zu", size, GDR_STATS_SIZE_0_1);
+		return -EINVAL;
+	}
+	rc = gdr_cache_stats_get(c, stats ? &s : NULL);
+	if (!rc)
+		copy_sized(stats, size, &s, sizeof(s));
+	return rc;
+}
+
+/* The fields of 0.1, in a struct that grows: never more (a program built against 0.2 that calls
+ * it keeps working with every later library). */
+GDR_SYMVER("gdr_cache_get_stats@@GDRCACHE_0.2")
+int gdr_cache_get_stats_0_2(struct gdr_cache *c, struct gdr_cache_stats *stats);
+int gdr_cache_get_stats_0_2(struct gdr_cache *c, struct gdr_cache_stats *stats)
+{
+	GDR_KEEP_ERRNO();
+	struct gdr_cache_stats s;
+	int rc = gdr_cache_stats_get(c, stats ? &s : NULL);
+
+	if (!rc)
+		memcpy(stats, &s, GDR_STATS_SIZE_0_1);
+	return rc;
+}
+
+GDR_EXPORT int gdr_cache_get_settings(const struct gdr_cache *c, struct gdr_cache_settings *s,
+				      size_t size)
+{
+	GDR_KEEP_ERRNO();
+
+	if (!c || !s || size < GDR_SETTINGS_SIZE_0_2) {
+		gdr_err("NULL cache or settings, or size %zu below 0.2's %zu", size,
+			GDR_SETTINGS_SIZE_0_2);
+		return -EINVAL;
+	}
+	copy_sized(s, size, &c->set, sizeof(c->set));
 	return 0;
 }
 

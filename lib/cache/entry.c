@@ -62,7 +62,7 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	struct gdr_mrec *m, *mt;
 
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
-		gdr_verbs_dereg(m->mr);
+		gdr_verbs_dereg(c->sys.verbs, m->mr);
 		free(m);
 	}
 	e->mrecs = NULL;
@@ -374,7 +374,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
 			if (!exact) {
 				m = calloc(1, sizeof(*m));
 				if (!m) {
-					gdr_verbs_dereg(own);
+					gdr_verbs_dereg(c->sys.verbs, own);
 					rc = -ENOMEM;
 					goto out;
 				}
@@ -388,7 +388,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
 		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
 		if (rc) {
 			if (own)
-				gdr_verbs_dereg(own);
+				gdr_verbs_dereg(c->sys.verbs, own);
 			goto out;
 		}
 		if (exact) {
@@ -432,6 +432,7 @@ int gdr_drop_unheld(struct gdr_cache *c)
 
 GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 {
+	GDR_KEEP_ERRNO(); /* unpins */
 	int n = 0;
 
 	if (!c)
@@ -491,7 +492,7 @@ static bool entry_pd_finish(struct gdr_cache *c, struct gdr_entry *e, const stru
 	LL_FOREACH_SAFE(e->mrecs, m, mt) {
 		if (m->pd == pd) {
 			LL_DELETE(e->mrecs, m);
-			gdr_verbs_dereg(m->mr);
+			gdr_verbs_dereg(c->sys.verbs, m->mr);
 			free(m);
 		}
 	}
@@ -528,6 +529,7 @@ static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const st
 
 GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 {
+	GDR_KEEP_ERRNO(); /* ibv_dereg_mr, a grace period's membarrier */
 	bool busy = false, any = false;
 
 	if (!c || !pd) {

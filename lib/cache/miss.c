@@ -64,8 +64,8 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 			t->kind = GDR_MEM_DEVICE;
 		c->st.sync_memops_set++;
 	} else if (rc == -EOPNOTSUPP) {
-		/* VMM memory (cuMemMap) refuses the pointer attribute: FACTS.md. It is still device
-		 * memory; the context-wide flag gives the same guarantee. */
+		/* VMM memory (cuMemMap) refuses the pointer attribute: docs/FACTS.md, "VMM memory".
+		 * It is still device memory; the context-wide flag gives the same guarantee. */
 		t->kind = GDR_MEM_VMM;
 		rc = gdr_cuda_ctx_sync_memops(t->device);
 		if (rc > 0) {
@@ -121,7 +121,8 @@ static void cover_add(struct pin_cover *cv, uint64_t lo, uint64_t hi)
 /* Every chunk of the pool allocation pi describes. The driver exports a chunk that a pool
  * allocation shares with the next one only together with it (measured on H200s: a 4 KiB piece at
  * the start of a 50 MiB allocation straddling two 32 MiB chunks was refused as its own chunk, the
- * two chunks exported; docs/FACTS). So the pin is the cover of the whole allocation's chunks. */
+ * two chunks exported; docs/FACTS.md, "Pool memory"). So the pin is the cover of the whole
+ * allocation's chunks. */
 static int cover_pool_allocation(struct gdr_cache *c, struct pin_cover *cv,
 				 const struct gdr_ptr_info *pi)
 {
@@ -365,7 +366,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 	rc = gdr_region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
 	if (rc)
 		return rc;
-	rc = gdr_verbs_reg(pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
+	rc = gdr_verbs_reg(c->sys.verbs, pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
 	if (rc) {
 		c->st.fail_mr++;
 		gdr_record_retire(c, r);

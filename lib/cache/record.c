@@ -88,7 +88,7 @@ void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r)
 	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of it are void */
 	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
 	if (r->exact && r->mr) {
-		gdr_verbs_dereg(r->mr); /* its own MR: nobody holds the record any more */
+		gdr_verbs_dereg(c->sys.verbs, r->mr); /* its own MR: nobody holds the record any more */
 		r->mr = NULL;
 		if (r->entry && r->entry->nexact)
 			r->entry->nexact--;

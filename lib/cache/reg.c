@@ -110,6 +110,18 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	return 0;
 }
 
+static int reg_slow(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		    uint64_t len, int access, bool exact, bool cached_only,
+		    const struct stale_hit *st, struct gdr_region **region);
+
+/* This thread's record in c, made at its first registration there (it allocates): errno kept. */
+static __attribute__((noinline)) struct gdr_thr *thr_first(struct gdr_cache *c)
+{
+	GDR_KEEP_ERRNO();
+
+	return gdr_thr_get(c);
+}
+
 GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
 		       struct gdr_region **region)
 {
@@ -135,21 +147,36 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
 		return -EINVAL;
 	}
-	t = gdr_thr_get(c);
-	if (!t)
+	t = gdr_thr_find(c); /* no libc once this thread has its record */
+	if (__builtin_expect(!t, 0) && !(t = thr_first(c)))
 		return -ENOMEM;
 	rc = reg_fast(c, t, pd, a, len, access, exact, region, &st);
 	if (!rc)
 		return 0;
 	if (rc == 1 && cached_only)
 		return -ENOENT; /* nothing asked of the driver, nothing locked */
+	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL,
+			region);
+}
+
+/* The locked path of gdr_reg: a miss, free events to apply first, or st: the stale entry a hit
+ * found (still held). Out of line, so that the hit path keeps its registers; errno kept (pins,
+ * MRs, eviction). */
+static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_thr *t,
+					      struct ibv_pd *pd, uint64_t a, uint64_t len,
+					      int access, bool exact, bool cached_only,
+					      const struct stale_hit *st, struct gdr_region **region)
+{
+	GDR_KEEP_ERRNO();
+	int rc;
+
 	gdr_cache_lock(c);
-	if (rc == 2) {
+	if (st) {
 		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
-		c->st.revoked += st.revoked;
-		if (__atomic_load_n(&st.e->state, __ATOMIC_RELAXED) == GDR_LIVE)
-			gdr_entry_stale(c, st.e);
-		__atomic_store_n(st.ctr, __atomic_load_n(st.ctr, __ATOMIC_RELAXED) - 1,
+		c->st.revoked += st->revoked;
+		if (__atomic_load_n(&st->e->state, __ATOMIC_RELAXED) == GDR_LIVE)
+			gdr_entry_stale(c, st->e);
+		__atomic_store_n(st->ctr, __atomic_load_n(st->ctr, __ATOMIC_RELAXED) - 1,
 				 __ATOMIC_RELAXED);
 	}
 	if (cached_only) {
@@ -175,8 +202,10 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 }
 
 /* Release a host registration (passed through, not cached). */
-static int host_put(struct gdr_cache *c, struct gdr_region *r)
+static __attribute__((noinline)) int host_put(struct gdr_cache *c, struct gdr_region *r)
 {
+	GDR_KEEP_ERRNO(); /* ibv_dereg_mr */
+
 	gdr_cache_lock(c);
 	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
 	    !__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
@@ -185,7 +214,7 @@ static int host_put(struct gdr_cache *c, struct gdr_region *r)
 		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
 		return -EINVAL;
 	}
-	gdr_verbs_dereg(r->mr);
+	gdr_verbs_dereg(c->sys.verbs, r->mr);
 	c->nhost--;
 	gdr_record_retire(c, r);
 	gdr_record_free(c, r); /* host records are never read without the lock */
@@ -196,8 +225,10 @@ static int host_put(struct gdr_cache *c, struct gdr_region *r)
 /* A release by a thread that holds none of r itself (another thread registered it): under the
  * lock, where r cannot be retired, and only while the holds summed over threads are above zero.
  * Needs no memory: the hold is given back in the record. */
-static int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
+static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
 {
+	GDR_KEEP_ERRNO(); /* eviction unpins */
+
 	gdr_cache_lock(c);
 	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
 	    gdr_region_holds(c, r) <= 0) {
@@ -212,6 +243,16 @@ static int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
 		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
 	gdr_cache_unlock(c);
 	return 0;
+}
+
+/* What a release made evictable (detached entries are reaped). Out of line; errno kept (unpins). */
+static __attribute__((noinline)) void dereg_evict(struct gdr_cache *c)
+{
+	GDR_KEEP_ERRNO();
+
+	gdr_cache_lock(c);
+	gdr_evict(c, 0);
+	gdr_cache_unlock(c);
 }
 
 GDR_EXPORT int gdr_dereg(struct gdr_region *r)
@@ -257,11 +298,8 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	}
 	/* Detached (held when it left the index): reap it if this was its last hold. Dying: its
 	 * retirer sums the holds after a grace period that waits for this release. */
-	if (state == GDR_DETACHED || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED)) {
-		gdr_cache_lock(c);
-		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
-		gdr_cache_unlock(c);
-	}
+	if (state == GDR_DETACHED || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
+		dereg_evict(c);
 	return 0;
 
 released:

@@ -85,6 +85,7 @@ GDR_EXPORT int gdr_region_kmod(const struct gdr_region *r, uint64_t *handle, uin
 
 GDR_EXPORT int gdr_region_pages(const struct gdr_region *r, uint64_t *pages, uint32_t max)
 {
+	GDR_KEEP_ERRNO(); /* the kmod backend's ioctl */
 	struct gdr_be *b;
 
 	if (!held(r) || (!pages && max))

@@ -49,6 +49,8 @@ void gdr_stats_collect(struct gdr_cache *c, struct gdr_cache_stats *s)
 	s->fast_hits = fast;
 	s->hits += fast;
 	s->tag_checks += tags;
+	s->exact_mrs = __atomic_load_n(&c->exact_mrs, __ATOMIC_RELAXED);
+	s->exact_replaced = __atomic_load_n(&c->exact_replaced, __ATOMIC_RELAXED);
 }
 
 /* ---- One record, formatted ------------------------------------------------------------------ */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-thread state of a cache, for a hit path that takes no lock and writes no cache line another
- * thread's hit writes (FACTS.md: a shared atomic on one hot entry caps the process at ~12 M/s, a
- * shared read lock at ~6.5 M/s).
+ * thread's hit writes (docs/FACTS.md, "Hit cost": a shared atomic on one hot entry caps the
+ * process at ~12 M/s, a shared read lock at ~6.5 M/s).
  *
  *  - Hold counters. A registration is held through a signed 64-bit counter of the holding thread,
  *    indexed by the registration record's slot: gdr_reg adds one to its own thread's counter,
@@ -38,6 +38,7 @@
 
 #include "cache/cache.h"
 #include "cache/thread.h"
+#include "common/config.h"
 #include "common/log.h"
 
 #define TLS_SLOTS 4
@@ -211,7 +212,7 @@ static void asym_init(void)
 {
 	long cmds = membarrier(MEMBARRIER_CMD_QUERY);
 
-	if (getenv("GDRCACHE_NO_MEMBARRIER")) /* for tests of the other flavour */
+	if (gdr_config_tests()->no_membarrier) /* for tests of the other flavour */
 		return;
 	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
 	    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)) {

@@ -74,7 +74,9 @@ static int parse_name(const char *s, const char *const *names, int n, int *out)
 }
 
 static const char *const backend_names[] = { "auto", "kmod", "dmabuf", "peermem" };
-static const char *const validate_names[] = { "tag", "events", "auto" };
+static const char *const validate_names[] = {
+	[GDR_VALIDATE_AUTO] = "auto", [GDR_VALIDATE_TAG] = "tag", [GDR_VALIDATE_EVENTS] = "events",
+};
 static const char *const log_names[] = { "none", "error", "warn", "info", "debug" };
 
 static int parse_backend(const char *s, void *out)
@@ -173,7 +175,16 @@ static int parse_signal(const char *s, void *out)
 	return 0;
 }
 
-/* The defaults, once: the configuration starts as a copy (config_read) and gdrcache_info shows them. */
+/* A test switch: set (to anything, even nothing) means on. */
+static int parse_set(const char *s, void *out)
+{
+	(void)s;
+	*(bool *)out = true;
+	return 0;
+}
+
+/* The fixed defaults: the configuration starts as a copy (config_read). The limits derived from
+ * the GPUs (the table's "dflt") fall back to these where the GPUs say nothing. */
 static const struct gdr_config defaults = {
 	.max_bytes = 4ULL << 30,
 	.max_entries = 4096,
@@ -186,52 +197,99 @@ static const struct gdr_config defaults = {
 	.libcuda = "libcuda.so.1",
 };
 static struct gdr_config config;
+static const struct gdr_config_tests tests_defaults;
+static struct gdr_config_tests tests;
 
-/* The table: every variable the library, the preload and the tools read, its parser, where the
- * value goes and the form it takes. GDRCACHE_LOG_FILE and GDRCACHE_LOG first: a message about
- * another variable goes where and as they say. gdrcache(7) is generated from it and the README
- * lists the same names (docs/man/mkman.py, tests/packaging/check_man.sh). */
-static const struct {
+/*
+ * The table: every variable the library, the preload and the tools read, and the only place one is
+ * named, defaulted and described: its parser, where the value goes, the form it takes, its default
+ * as documented and what it sets, in one line. GDRCACHE_LOG_FILE and GDRCACHE_LOG first: a message
+ * about another variable goes where and as they say. gdrcache(7)'s list is generated from it
+ * (docs/man/mkman.py); the header's environment comment and the README's table are checked against
+ * it (tests/packaging/check_config_docs.py).
+ *
+ * Rows marked .test are test switches: they select a code path for a test of it, are known (never
+ * warned about as a typo) and shown by gdrcache_info when set, and are documented here only.
+ */
+static const struct row {
 	const char *name;
 	int (*parse)(const char *s, void *out);
 	void *field;
-	const char *what;
+	const char *form;
+	const char *dflt;
+	const char *desc;
+	bool test;
 } table[] = {
-	{ "GDRCACHE_LOG_FILE", parse_path, output.log_file,
-	  "a path (%p: the process id); appended to; empty: stderr" },
-	{ "GDRCACHE_LOG", parse_log, &config.log_level, "none|error|warn|info|debug (or 0-4)" },
-	{ "GDRCACHE_MAX_BYTES", parse_nonzero_size, &config.max_bytes,
-	  "a size > 0: digits, then K, M, G or T (e.g. 4G)" },
-	{ "GDRCACHE_MAX_ENTRIES", parse_nonzero_size, &config.max_entries, "a count > 0 (digits)" },
-	{ "GDRCACHE_MAX_PIN_BYTES", parse_nonzero_size, &config.max_pin_bytes,
-	  "a size > 0: digits, then K, M, G or T (e.g. 256M)" },
-	{ "GDRCACHE_BACKEND", parse_backend, &config.backend, "auto|kmod|dmabuf|peermem" },
-	{ "GDRCACHE_VALIDATE", parse_validate, &config.validate, "auto|tag|events" },
-	{ "GDRCACHE_STATS", parse_stats, &config.stats,
-	  "0|1 (or no|yes, off|on, false|true), stderr, or file:PATH (%p: the process id)" },
-	{ "GDRCACHE_STATS_FORMAT", parse_format, &output.stats_format,
-	  "auto|text|kv|json (auto: text on stderr, json in a file)" },
-	{ "GDRCACHE_STATS_SIGNAL", parse_signal, &output.stats_signal,
-	  "none|USR1|USR2|HUP|RTMIN+n (SIG prefix optional)" },
-	{ "GDRCACHE_KMOD_DEV", parse_path, config.kmod_dev, "a path" },
-	{ "GDRCACHE_LIBCUDA", parse_path, config.libcuda, "a file name" },
-	{ "GDRCACHE_DISABLE", parse_bool, &output.disable,
-	  "0|1 (or no|yes, off|on, false|true); the preload only" },
+	{ .name = "GDRCACHE_LOG_FILE", .parse = parse_path, .field = output.log_file,
+	  .form = "a path (%p: the process id); appended to; empty: stderr",
+	  .dflt = "stderr",
+	  .desc = "append log lines to this file instead of stderr; %p is the process id" },
+	{ .name = "GDRCACHE_LOG", .parse = parse_log, .field = &config.log_level,
+	  .form = "none|error|warn|info|debug (or 0-4)",
+	  .dflt = "warn",
+	  .desc = "the lowest level logged: none, error, warn, info or debug (or 0-4)" },
+	{ .name = "GDRCACHE_MAX_BYTES", .parse = parse_nonzero_size, .field = &config.max_bytes,
+	  .form = "a size > 0: digits, then K, M, G or T (e.g. 4G)",
+	  .dflt = "half of min(BAR1, memory) summed over the GPUs, else 4G",
+	  .desc = "most bytes kept pinned by unreferenced entries" },
+	{ .name = "GDRCACHE_MAX_ENTRIES", .parse = parse_nonzero_size, .field = &config.max_entries,
+	  .form = "a count > 0 (digits)",
+	  .dflt = "one per MiB of GDRCACHE_MAX_BYTES, at least 4096",
+	  .desc = "most cached entries" },
+	{ .name = "GDRCACHE_MAX_PIN_BYTES", .parse = parse_nonzero_size,
+	  .field = &config.max_pin_bytes,
+	  .form = "a size > 0: digits, then K, M, G or T (e.g. 256M)",
+	  .dflt = "an eighth of GDRCACHE_MAX_BYTES, at least 256M",
+	  .desc = "allocations up to this size may be pinned whole, larger ones in the requested "
+		  "range" },
+	{ .name = "GDRCACHE_BACKEND", .parse = parse_backend, .field = &config.backend,
+	  .form = "auto|kmod|dmabuf|peermem",
+	  .dflt = "auto",
+	  .desc = "how ranges are pinned: auto, kmod, dmabuf or peermem" },
+	{ .name = "GDRCACHE_VALIDATE", .parse = parse_validate, .field = &config.validate,
+	  .form = "auto|tag|events",
+	  .dflt = "auto",
+	  .desc = "how a hit is proven: auto, tag or events" },
+	{ .name = "GDRCACHE_STATS", .parse = parse_stats, .field = &config.stats,
+	  .form = "0|1 (or no|yes, off|on, false|true), stderr, or file:PATH (%p: the process id)",
+	  .dflt = "0",
+	  .desc = "write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1 or "
+		  "stderr, or appended to file:PATH" },
+	{ .name = "GDRCACHE_STATS_FORMAT", .parse = parse_format, .field = &output.stats_format,
+	  .form = "auto|text|kv|json (auto: text on stderr, json in a file)",
+	  .dflt = "auto",
+	  .desc = "how the statistics are written: auto (text on stderr, json in a file), text, kv "
+		  "or json" },
+	{ .name = "GDRCACHE_STATS_SIGNAL", .parse = parse_signal, .field = &output.stats_signal,
+	  .form = "none|USR1|USR2|HUP|RTMIN+n (SIG prefix optional)",
+	  .dflt = "none",
+	  .desc = "also write the statistics on this signal: none, USR1, USR2, HUP or RTMIN+n" },
+	{ .name = "GDRCACHE_KMOD_DEV", .parse = parse_path, .field = config.kmod_dev,
+	  .form = "a path",
+	  .dflt = "/dev/gdrcache", /* "/dev/" GDRCACHE_DEVICE_NAME (test_config.c checks) */
+	  .desc = "the kernel module's device" },
+	{ .name = "GDRCACHE_LIBCUDA", .parse = parse_path, .field = config.libcuda,
+	  .form = "a file name",
+	  .dflt = "libcuda.so.1",
+	  .desc = "the CUDA driver library to dlopen, for tests and debugging" },
+	{ .name = "GDRCACHE_DISABLE", .parse = parse_bool, .field = &output.disable,
+	  .form = "0|1 (or no|yes, off|on, false|true); the preload only",
+	  .dflt = "0",
+	  .desc = "1: the preload passes every call through untouched" },
+	/* Test switches. */
+	{ .name = "GDRCACHE_NO_MEMBARRIER", .parse = parse_set, .field = &tests.no_membarrier,
+	  .form = "any value (set: on)",
+	  .dflt = "unset",
+	  .desc = "lookups take the locked increment, as where membarrier(2) is missing (the "
+		  "stress tests of that flavour)",
+	  .test = true },
 };
 #define NVARS (sizeof(table) / sizeof(table[0]))
-
-/* GDRCACHE_* names read outside the table (test knobs). */
-static const char *const other_names[] = {
-	"GDRCACHE_NO_MEMBARRIER",
-};
 
 static bool known(const char *name, size_t len)
 {
 	for (size_t i = 0; i < NVARS; i++)
 		if (strlen(table[i].name) == len && !strncmp(table[i].name, name, len))
-			return true;
-	for (size_t i = 0; i < sizeof(other_names) / sizeof(other_names[0]); i++)
-		if (strlen(other_names[i]) == len && !strncmp(other_names[i], name, len))
 			return true;
 	return false;
 }
@@ -243,6 +301,7 @@ static void config_read(void)
 
 	config = defaults;
 	output = output_defaults;
+	tests = tests_defaults;
 	for (size_t i = 0; i < NVARS; i++) {
 		const char *s = getenv(table[i].name);
 
@@ -252,7 +311,7 @@ static void config_read(void)
 			continue; /* empty: stderr */
 		if (table[i].parse(s, table[i].field)) {
 			gdr_err("%s=\"%s\" is malformed: it must be %s; no cache can be created until "
-				"it is fixed", table[i].name, s, table[i].what);
+				"it is fixed", table[i].name, s, table[i].form);
 			if (!config.bad)
 				config.bad = table[i].name;
 		}
@@ -267,8 +326,10 @@ static void config_read(void)
 		gdr_warn("GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not: no statistics are written "
 			 "on the signal (set GDRCACHE_STATS=1 or file:PATH)");
 	for (size_t i = 0; i < NVARS; i++)
-		used += (size_t)snprintf(names + used, used < sizeof(names) ? sizeof(names) - used : 0,
-					 "%s%s", i ? ", " : "", table[i].name);
+		if (!table[i].test)
+			used += (size_t)snprintf(names + used,
+						 used < sizeof(names) ? sizeof(names) - used : 0,
+						 "%s%s", used ? ", " : "", table[i].name);
 	for (char **e = environ; e && *e; e++) {
 		const char *eq = strchr(*e, '=');
 
@@ -288,14 +349,14 @@ static const char *signal_name(int sig, char *buf, size_t n)
 	return buf;
 }
 
-/* The value of table entry i in cfg (and out), as text. */
-static void format(size_t i, const struct gdr_config *cfg, const struct gdr_output *out, char *buf,
-		   size_t n)
+/* The value of table entry i in cfg, out and t, as text. */
+static void format(size_t i, const struct gdr_config *cfg, const struct gdr_output *out,
+		   const struct gdr_config_tests *t, char *buf, size_t n)
 {
 	const void *f = table[i].field;
 	char sig[32];
 
-	/* Fields are named by their place in the live copies: map them to cfg / out. */
+	/* Fields are named by their place in the live copies: map them to cfg / out / t. */
 	if (f == &config.log_level)
 		snprintf(buf, n, "%s", log_names[cfg->log_level]);
 	else if (f == &config.max_bytes)
@@ -321,8 +382,29 @@ static void format(size_t i, const struct gdr_config *cfg, const struct gdr_outp
 		snprintf(buf, n, "%d", out->disable);
 	else if (f == config.kmod_dev)
 		snprintf(buf, n, "%s", cfg->kmod_dev);
-	else
+	else if (f == config.libcuda)
 		snprintf(buf, n, "%s", cfg->libcuda);
+	else if (f == &tests.no_membarrier)
+		snprintf(buf, n, "%s", t->no_membarrier ? "set" : "unset");
+	else
+		snprintf(buf, n, "?");
+}
+
+void gdr_config_vars(void (*fn)(const struct gdr_config_var *var, const char *value, bool set,
+				void *arg), void *arg)
+{
+	const struct gdr_config *cfg = gdr_config_get();
+	char v[300];
+
+	for (size_t i = 0; i < NVARS; i++) {
+		const struct gdr_config_var var = {
+			.name = table[i].name, .form = table[i].form, .dflt = table[i].dflt,
+			.desc = table[i].desc, .test = table[i].test,
+		};
+
+		format(i, cfg, &output, &tests, v, sizeof(v));
+		fn(&var, v, getenv(table[i].name) != NULL, arg);
+	}
 }
 
 void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
@@ -332,9 +414,11 @@ void gdr_config_each(void (*fn)(const char *name, const char *form, const char *
 	char v[300], d[300];
 
 	for (size_t i = 0; i < NVARS; i++) {
-		format(i, cfg, &output, v, sizeof(v));
-		format(i, &defaults, &output_defaults, d, sizeof(d));
-		fn(table[i].name, table[i].what, v, d, getenv(table[i].name) != NULL, arg);
+		if (table[i].test)
+			continue;
+		format(i, cfg, &output, &tests, v, sizeof(v));
+		format(i, &defaults, &output_defaults, &tests_defaults, d, sizeof(d));
+		fn(table[i].name, table[i].form, v, d, getenv(table[i].name) != NULL, arg);
 	}
 }
 
@@ -344,6 +428,12 @@ const struct gdr_config *gdr_config_get(void)
 {
 	pthread_once(&once, config_read);
 	return &config;
+}
+
+const struct gdr_config_tests *gdr_config_tests(void)
+{
+	pthread_once(&once, config_read);
+	return &tests;
 }
 
 const struct gdr_output *gdr_config_output(void)

@@ -23,10 +23,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/config.h"
+#include "common/defs.h"
 #include "common/log.h"
 #include "common/output.h"
 
 int gdr_log_level = GDR_LOG_WARN;
+
+GDR_EXPORT int gdr_set_log_level(int level)
+{
+	int saved = errno, old;
+
+	if (level < GDR_LOG_NONE || level > GDR_LOG_DEBUG) {
+		gdr_err("unknown log level %d", level);
+		return -EINVAL;
+	}
+	(void)gdr_config_get(); /* GDRCACHE_LOG first, so that this overrides it */
+	old = __atomic_exchange_n(&gdr_log_level, level, __ATOMIC_RELAXED);
+	errno = saved;
+	return old;
+}
 
 static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };
 

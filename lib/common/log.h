@@ -5,7 +5,7 @@
 
 #include "gdrcache.h"
 
-extern int gdr_log_level;  /* process-wide; read and written with __atomic */
+extern int gdr_log_level;  /* process-wide; read and written with __atomic (gdr_set_log_level) */
 /* Per call site: the first GDR_LOG_BURST lines, then one per GDR_LOG_INTERVAL_S seconds (log.c). */
 #define GDR_LOG_BURST 10
 #define GDR_LOG_INTERVAL_S 5

@@ -212,7 +212,8 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 	 * and holds the allocation. So the allocation is the intersection of the two. A stream-ordered
 	 * pool allocation may span several of the pool's physical chunks (32 MiB on an H200): the
 	 * intersection is then the piece holding addr, and RANGE_* (alloc_start/size) the whole
-	 * allocation. The mapping itself is what the pool maps and releases as one: docs/FACTS. */
+	 * allocation. The mapping itself is what the pool maps and releases as one: docs/FACTS.md,
+	 * "Pool memory". */
 	if (v[7] && v[6] + v[7] > v[6]) {
 		uint64_t lo = v[6] > info->start ? v[6] : info->start;
 		uint64_t hi = v[6] + v[7] < info->start + info->size ? v[6] + v[7]
@@ -309,10 +310,11 @@ static gdr_CUcontext primary_ctx_kept(gdr_CUdevice dev, int device)
 
 /* Make `device`'s primary context current for one call when the thread has no context (an MPI
  * progress thread: such a thread can query pointers but not export a dma-buf or set context flags,
- * docs/FACTS) or has another device's (a dma-buf is exported, and SYNC_MEMOPS set, in the
- * memory's own device's context). The primary context is borrowed only while the application
- * keeps it active, with a reference of ours for the call: keeping one for good would make the
- * application's last cuDevicePrimaryCtxRelease free nothing. 0, or -ENXIO (logged). */
+ * docs/FACTS.md, "Threads without a context") or has another device's (a dma-buf is exported, and
+ * SYNC_MEMOPS set, in the memory's own device's context). The primary context is borrowed only
+ * while the application keeps it active, with a reference of ours for the call: keeping one for
+ * good would make the application's last cuDevicePrimaryCtxRelease free nothing. 0, or -ENXIO
+ * (logged). */
 static int context_borrow(int device, struct borrow *b)
 {
 	gdr_CUcontext cur = NULL, ctx = NULL;
@@ -337,7 +339,7 @@ static int context_borrow(int device, struct borrow *b)
 		b->retained = true;
 	} else if (!active) {
 		if (cur)
-			return 0; /* another device's context: the export works there too (docs/FACTS) */
+			return 0; /* another's context exports too: docs/FACTS.md, "Several GPUs" */
 		gdr_err("no CUDA context on this thread and device %d's primary context is not active",
 			device);
 		return -ENXIO;
@@ -434,7 +436,8 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 	if (rc != GDR_CUDA_SUCCESS) {
 		/* INVALID_VALUE on a range the driver calls device memory: memory it will not export
 		 * so (pool memory other than whole chunks of the pool, memory imported with
-		 * cuIpcOpenMemHandle: docs/FACTS). The caller logs the refusal, once a call site. */
+		 * cuIpcOpenMemHandle: docs/FACTS.md, "Pool memory", "Memory from another process").
+		 * The caller logs the refusal, once a call site. */
 		if (rc == GDR_CUDA_ERROR_NOT_SUPPORTED || rc == GDR_CUDA_ERROR_INVALID_VALUE)
 			return -EOPNOTSUPP;
 		gdr_err("cuMemGetHandleForAddressRange(%#llx, %llu): %s (%d)",

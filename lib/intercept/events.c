@@ -164,5 +164,3 @@ static void __attribute__((constructor)) events_init(void)
 {
 	pthread_atfork(NULL, NULL, events_fork_child);
 }
-
-int (*gdr_events_prober)(const char **why) = gdr_events_probe;

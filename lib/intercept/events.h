@@ -60,11 +60,4 @@ bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const vo
 /* Frees announced now (for tests). */
 unsigned gdr_events_inflight_count(void);
 
-/* hooks.c: whether the free interception works in this process, proven once by a test allocation
- * freed through each path a program may use to reach the driver. 0, or -errno with *why (static
- * text). Needs gdr_cuda_load() to have succeeded. Cached after the first call. */
-int gdr_events_probe(const char **why);
-/* What gdr_cache_create asks (gdr_events_probe); tests that simulate the interception replace it. */
-extern int (*gdr_events_prober)(const char **why);
-
 #endif /* GDRCACHE_EVENTS_H */

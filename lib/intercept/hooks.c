@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Free events from the CUDA driver: the entries of libcuda's exported free and allocation
- * functions are patched (patch.c) to run the hooks below, and the start-up probe proves it.
+ * functions (intercept/entries.h, the one list of them) are patched (patch.c) to run the hooks
+ * below, and the start-up probe proves it.
  *
- * Why the entry, measured on the H100 (FACTS.md): the CUDA runtime (static and shared) and
+ * Why the entry, measured on the H100: the CUDA runtime (static and shared) and
  * PyTorch reach the driver through cuGetProcAddress, never through the exported symbols, and
  * what cuGetProcAddress hands out is the exported function's own address. So code at the entry
  * of libcuda's exported free functions is reached by every route: direct calls, dlsym,
@@ -12,7 +13,8 @@
  * library it links, dlopen'ed before or after CUDA was initialised, through Python's ctypes,
  * preloaded). The alternatives measured were worse: a dlsym interposer works only where
  * libgdrcache's dlsym is first in the global scope; CUPTI's callbacks see every route but allow
- * one subscriber per process, so the library and a profiler would exclude each other.
+ * one subscriber per process, so the library and a profiler would exclude each other
+ * (docs/FACTS.md, "cuGetProcAddress").
  *
  * A free hook, on the calling thread:
  *  1. announces the free in flight (events.h) and publishes the event: caches drop what they
@@ -20,8 +22,8 @@
  *     the driver frees it;
  *  2. releases every unreferenced pin of the range in every cache (dma-buf closed, module pin
  *     unpinned, MR deregistered), so the driver's free really returns the memory: an open
- *     dma-buf keeps freed GPU memory allocated (FACTS.md). A pin still held by a registration
- *     the program has not released goes at its last gdr_dereg;
+ *     dma-buf keeps freed GPU memory allocated (docs/FACTS.md, "dma-buf and freed memory"). A
+ *     pin still held by a registration the program has not released goes at its last gdr_dereg;
  *  3. calls the driver, then withdraws the announcement.
  * Step 2 takes each cache's lock. No thread ever waits on the driver while this thread holds
  * something it needs: the hook holds no lock when it calls the driver, and a cache's lock holder
@@ -119,7 +121,11 @@ static void free_end(struct free_scope *fs)
 
 typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
 
-/* One hook per exported function: each calls its own original. */
+/* The hooks come from intercept/entries.h, one a row, made by its kind's macro (FREE_HOOK, CTX_HOOK,
+ * ALLOC_HOOK): h_<name> calls its own original, o_<name>, which the patcher fills in. */
+#define CALL_ORIG(name, params, args)                                                           \
+	((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args
+
 #define FREE_HOOK(name, route, params, args, start, len)                                        \
 	static void *o_##name;                                                                  \
 	static gdr_CUresult h_##name params                                                     \
@@ -128,33 +134,26 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
 		gdr_CUresult rc;                                                                \
                                                                                                 \
 		free_begin(&fs, route, start, len);                                             \
-		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
+		rc = CALL_ORIG(name, params, args);                                             \
 		free_end(&fs);                                                                  \
 		return rc;                                                                      \
 	}
 
 #define ALL GDR_EVENT_ALL_LEN
-FREE_HOOK(cuMemFree_v2, GDR_FREE_MEM_FREE, (gdr_CUdeviceptr p), (p), p, 0)
-FREE_HOOK(cuMemFree, GDR_FREE_MEM_FREE, (unsigned int p), (p), p, 0)
-FREE_HOOK(cuMemFreeAsync, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
-FREE_HOOK(cuMemFreeAsync_ptsz, GDR_FREE_MEM_FREE_ASYNC, (gdr_CUdeviceptr p, void *s), (p, s), p, 0)
-FREE_HOOK(cuMemFreeHost, GDR_FREE_MEM_FREE_HOST, (void *p), (p), (uintptr_t)p, 0)
-FREE_HOOK(cuMemUnmap, GDR_FREE_MEM_UNMAP, (gdr_CUdeviceptr p, size_t n), (p, n), p, n ? n : 1)
-FREE_HOOK(cuIpcCloseMemHandle, GDR_FREE_IPC_CLOSE, (gdr_CUdeviceptr p), (p), p, 0)
 
 /* Context destroys, resets and primary-context releases. They free a context's memory, not all GPU
- * memory (another device's, pool and VMM memory survive: docs/FACTS), and a primary-context release
- * that is not the last frees nothing. So nothing is dropped before the call: registrations wait
- * while it runs (a free of everything in flight), and after it every cached entry's allocations are
- * asked of the driver again (GDR_EV_CTX), which drops exactly the entries whose memory went, before
- * the hook returns. Only a primary-context release after which the context is still active
- * publishes nothing. */
-static void ctx_begin(struct free_scope *fs)
+ * memory (another device's, pool and VMM memory survive: docs/FACTS.md, "Several GPUs"), and a
+ * primary-context release that is not the last frees nothing. So nothing is dropped before the
+ * call: registrations wait while it runs (a free of everything in flight), and after it every
+ * cached entry's allocations are asked of the driver again (GDR_EV_CTX), which drops exactly the
+ * entries whose memory went, before the hook returns. Only a primary-context release after which
+ * the context is still active publishes nothing. */
+static void ctx_begin(struct free_scope *fs, int route)
 {
 	fs->t0 = now_ns();
 	hook_depth++;
 	fs->token = gdr_events_free_begin(0, ALL);
-	__atomic_add_fetch(&hs.frees[GDR_FREE_CTX], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
 	fs->t0 = now_ns() - fs->t0; /* the hook's own time, as free_begin counts it */
 }
 
@@ -173,25 +172,18 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 	free_end(fs);
 }
 
-#define CTX_HOOK(name, params, args, release, dev)                                              \
+#define CTX_HOOK(name, route, params, args, release, dev)                                       \
 	static void *o_##name;                                                                  \
 	static gdr_CUresult h_##name params                                                     \
 	{                                                                                       \
 		struct free_scope fs;                                                           \
 		gdr_CUresult rc;                                                                \
                                                                                                 \
-		ctx_begin(&fs);                                                                 \
-		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;   \
+		ctx_begin(&fs, route);                                                          \
+		rc = CALL_ORIG(name, params, args);                                             \
 		ctx_end(&fs, release, dev);                                                     \
 		return rc;                                                                      \
 	}
-
-CTX_HOOK(cuCtxDestroy, (gdr_CUcontext c), (c), false, 0)
-CTX_HOOK(cuCtxDestroy_v2, (gdr_CUcontext c), (c), false, 0)
-CTX_HOOK(cuDevicePrimaryCtxReset, (gdr_CUdevice d), (d), false, d)
-CTX_HOOK(cuDevicePrimaryCtxReset_v2, (gdr_CUdevice d), (d), false, d)
-CTX_HOOK(cuDevicePrimaryCtxRelease, (gdr_CUdevice d), (d), true, d)
-CTX_HOOK(cuDevicePrimaryCtxRelease_v2, (gdr_CUdevice d), (d), true, d)
 
 /* ---- Allocation hooks --------------------------------------------------------------------------- */
 
@@ -205,17 +197,17 @@ static bool oom_relieve(void)
 }
 
 /* Calls the original; on OUT_OF_MEMORY relieves and calls it once more; on success publishes the
- * range [va, va + size) (size 0: none, e.g. cuMemCreate's handle). */
-#define ALLOC_HOOK(name, params, args, va, size)                                                \
+ * range [va, va + size) (size 0: none, e.g. cuMemCreate's handle). An allocation has no route. */
+#define ALLOC_HOOK(name, no_route, params, args, va, size)                                      \
 	static void *o_##name;                                                                  \
 	static gdr_CUresult h_##name params                                                     \
 	{                                                                                       \
 		gdr_CUresult rc;                                                                \
                                                                                                 \
 		hook_depth++;                                                                   \
-		rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                                   \
+		rc = CALL_ORIG(name, params, args);                                             \
 		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                      \
-			rc = ((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args;                           \
+			rc = CALL_ORIG(name, params, args);                                     \
 			if (rc == GDR_CUDA_SUCCESS)                                             \
 				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);      \
 		}                                                                               \
@@ -225,26 +217,26 @@ static bool oom_relieve(void)
 		return rc;                                                                      \
 	}
 
-ALLOC_HOOK(cuMemAlloc_v2, (gdr_CUdeviceptr * p, size_t n), (p, n), *p, n)
-ALLOC_HOOK(cuMemAllocPitch_v2, (gdr_CUdeviceptr * p, size_t *pitch, size_t w, size_t h,
-			       unsigned int e), (p, pitch, w, h, e), *p, *pitch * h)
-ALLOC_HOOK(cuMemAllocAsync, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
-ALLOC_HOOK(cuMemAllocAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *s), (p, n, s), *p, n)
-ALLOC_HOOK(cuMemAllocFromPoolAsync, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
-	   (p, n, pool, s), *p, n)
-ALLOC_HOOK(cuMemAllocFromPoolAsync_ptsz, (gdr_CUdeviceptr * p, size_t n, void *pool, void *s),
-	   (p, n, pool, s), *p, n)
-ALLOC_HOOK(cuMemAllocManaged, (gdr_CUdeviceptr * p, size_t n, unsigned int f), (p, n, f), *p, n)
-ALLOC_HOOK(cuMemAllocHost_v2, (void **p, size_t n), (p, n), *p, n)
-ALLOC_HOOK(cuMemCreate, (void *h, size_t n, const void *prop, unsigned long long f),
-	   (h, n, prop, f), 0, 0)
-ALLOC_HOOK(cuMemMap, (gdr_CUdeviceptr p, size_t n, size_t off, unsigned long long h,
-		      unsigned long long f), (p, n, off, h, f), p, n)
+/* ---- The hooks and the table --------------------------------------------------------------------
+ * Every entry point libcuda exports that frees or allocates device memory (intercept/entries.h):
+ * its hook, and its patch target. `required`: events are sure only if it is patched wherever
+ * libcuda has it (an allocation hook is relief and a belt to the free events' braces: its absence
+ * costs no correctness). */
+#define GDR_ENTRY(name, kind, route, fake, params, args, a, b)                                  \
+	kind##_HOOK(name, route, params, args, a, b)
+#include "intercept/entries.h"
 
-/* ---- The table ----------------------------------------------------------------------------------
- * Every entry point libcuda exports that frees or allocates device memory. `required`: events
- * are sure only if it is patched wherever libcuda has it (an allocation hook is relief and a
- * belt to the free events' braces: its absence costs no correctness). */
+/* Each route of enum gdr_free_route counts the calls of at least one entry point, and every free
+ * entry point's route is one of them. */
+#define ROUTE_BIT_FREE(route) | 1u << (route)
+#define ROUTE_BIT_CTX(route) | 1u << (route)
+#define ROUTE_BIT_ALLOC(no_route)
+#define GDR_ENTRY(name, kind, route, ...) ROUTE_BIT_##kind(route)
+_Static_assert((0u
+#include "intercept/entries.h"
+		) == (1u << GDR_FREE_ROUTES) - 1,
+	       "intercept/entries.h: a route without an entry point, or an entry point outside them");
+
 struct target {
 	const char *name;
 	void *hook;
@@ -254,22 +246,14 @@ struct target {
 	const char *why;
 };
 
-#define T(name, req) { #name, (void *)h_##name, &o_##name, req, -ENOENT, NULL }
+#define REQUIRED_FREE true
+#define REQUIRED_CTX true
+#define REQUIRED_ALLOC false
 static struct target targets[] = {
-	T(cuMemFree_v2, true),         T(cuMemFree, true),
-	T(cuMemFreeAsync, true),       T(cuMemFreeAsync_ptsz, true),
-	T(cuMemFreeHost, true),        T(cuMemUnmap, true),
-	T(cuIpcCloseMemHandle, true),  T(cuCtxDestroy, true),
-	T(cuCtxDestroy_v2, true),      T(cuDevicePrimaryCtxReset, true),
-	T(cuDevicePrimaryCtxReset_v2, true), T(cuDevicePrimaryCtxRelease, true),
-	T(cuDevicePrimaryCtxRelease_v2, true),
-	T(cuMemAlloc_v2, false),       T(cuMemAllocPitch_v2, false),
-	T(cuMemAllocAsync, false),     T(cuMemAllocAsync_ptsz, false),
-	T(cuMemAllocFromPoolAsync, false), T(cuMemAllocFromPoolAsync_ptsz, false),
-	T(cuMemAllocManaged, false),   T(cuMemAllocHost_v2, false),
-	T(cuMemCreate, false),         T(cuMemMap, false),
+#define GDR_ENTRY(name, kind, ...)                                                              \
+	{ #name, (void *)h_##name, &o_##name, REQUIRED_##kind, -ENOENT, NULL },
+#include "intercept/entries.h"
 };
-#undef T
 #define NTARGETS (sizeof(targets) / sizeof(targets[0]))
 
 static int install_rc = -ENODEV;
@@ -363,7 +347,8 @@ static int probe_path(gdr_CUresult (*alloc)(gdr_CUdeviceptr *, size_t), free_fn 
 	return rc == GDR_CUDA_SUCCESS ? 0 : (*why = "test free failed (cuMemFree)", -EIO);
 }
 
-/* What the CUDA runtime and PyTorch ask cuGetProcAddress for (FACTS.md, fake_cuda.c). */
+/* What the CUDA runtime and PyTorch ask cuGetProcAddress for (docs/FACTS.md, "cuGetProcAddress";
+ * fake_cuda.c). */
 static const struct {
 	const char *sym;
 	int version;
@@ -472,11 +457,13 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 {
 	struct gdr_intercept_stats s;
 	const char *why;
+	int saved_errno;
 
 	if (!out || size < offsetof(struct gdr_intercept_stats, frees)) {
 		gdr_err("NULL or too small statistics buffer");
 		return -EINVAL;
 	}
+	saved_errno = errno; /* dlopen, the probe's reads of /proc and mprotect */
 	memset(&s, 0, sizeof(s));
 	s.state = gdr_cuda_load() ? -ENODEV : gdr_events_probe(&why);
 	snprintf(s.reason, sizeof(s.reason), "%s", s.state == -ENODEV ? "no CUDA driver" : why);
@@ -489,6 +476,7 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
 	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	errno = saved_errno;
 	return 0;
 }
 
@@ -496,8 +484,9 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 void gdr_hooks_stats_line(char *buf, size_t n)
 {
 	static const char *const names[GDR_FREE_ROUTES] = {
-		"cuMemFree", "cuMemFreeAsync", "cuMemFreeHost", "cuMemUnmap", "cuIpcCloseMemHandle",
-		"context",
+		[GDR_FREE_MEM_FREE] = "cuMemFree",          [GDR_FREE_MEM_FREE_ASYNC] = "cuMemFreeAsync",
+		[GDR_FREE_MEM_FREE_HOST] = "cuMemFreeHost", [GDR_FREE_MEM_UNMAP] = "cuMemUnmap",
+		[GDR_FREE_IPC_CLOSE] = "cuIpcCloseMemHandle", [GDR_FREE_CTX] = "context",
 	};
 	size_t off = 0;
 

@@ -9,6 +9,7 @@
 
 #include "common/defs.h"
 #include "intercept/events.h"
+#include "intercept/hooks.h"
 
 #define GDR_EXPORT __attribute__((visibility("default")))
 

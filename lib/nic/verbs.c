@@ -24,8 +24,6 @@ const struct gdr_verbs_ops gdr_verbs_libibverbs = {
 	.dereg_mr = ibv_dereg_mr,
 };
 
-const struct gdr_verbs_ops *gdr_verbs = &gdr_verbs_libibverbs;
-
 /* libibverbs returns NULL and sets errno; make that -errno, never 0. */
 static int mr_result(struct ibv_mr *mr, struct ibv_mr **out)
 {
@@ -37,23 +35,23 @@ static int mr_result(struct ibv_mr *mr, struct ibv_mr **out)
 	return 0;
 }
 
-int gdr_verbs_reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access,
-		  struct ibv_mr **mr)
+int gdr_verbs_reg(const struct gdr_verbs_ops *v, struct ibv_pd *pd, void *addr, size_t len,
+		  uint64_t iova, int access, struct ibv_mr **mr)
 {
 	errno = 0;
-	return mr_result(gdr_verbs->reg_mr(pd, addr, len, iova, access), mr);
+	return mr_result(v->reg_mr(pd, addr, len, iova, access), mr);
 }
 
-int gdr_verbs_reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
-			 int access, struct ibv_mr **mr)
+int gdr_verbs_reg_dmabuf(const struct gdr_verbs_ops *v, struct ibv_pd *pd, uint64_t offset,
+			 size_t len, uint64_t iova, int fd, int access, struct ibv_mr **mr)
 {
 	errno = 0;
-	return mr_result(gdr_verbs->reg_dmabuf_mr(pd, offset, len, iova, fd, access), mr);
+	return mr_result(v->reg_dmabuf_mr(pd, offset, len, iova, fd, access), mr);
 }
 
-int gdr_verbs_dereg(struct ibv_mr *mr)
+int gdr_verbs_dereg(const struct gdr_verbs_ops *v, struct ibv_mr *mr)
 {
-	int rc = gdr_verbs->dereg_mr(mr);
+	int rc = v->dereg_mr(mr);
 
 	/* ibv_dereg_mr returns an errno value (positive) on failure. */
 	if (rc)

@@ -12,14 +12,14 @@ struct gdr_verbs_ops {
 					int fd, int access);
 	int (*dereg_mr)(struct ibv_mr *mr);
 };
-extern const struct gdr_verbs_ops *gdr_verbs;
+/* libibverbs itself: what a cache uses unless it was given another table (cache/seams.h). */
 extern const struct gdr_verbs_ops gdr_verbs_libibverbs;
-/* Wrappers returning 0 / -errno. */
-int gdr_verbs_reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access,
-		  struct ibv_mr **mr);
-int gdr_verbs_reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
-			 int access, struct ibv_mr **mr);
-int gdr_verbs_dereg(struct ibv_mr *mr);
+/* Wrappers returning 0 / -errno, through the table v. */
+int gdr_verbs_reg(const struct gdr_verbs_ops *v, struct ibv_pd *pd, void *addr, size_t len,
+		  uint64_t iova, int access, struct ibv_mr **mr);
+int gdr_verbs_reg_dmabuf(const struct gdr_verbs_ops *v, struct ibv_pd *pd, uint64_t offset,
+			 size_t len, uint64_t iova, int fd, int access, struct ibv_mr **mr);
+int gdr_verbs_dereg(const struct gdr_verbs_ops *v, struct ibv_mr *mr);
 void gdr_mr_keys(const struct ibv_mr *mr, uint32_t *lkey, uint32_t *rkey);
 void gdr_mr_range(const struct ibv_mr *mr, uint64_t *base, uint64_t *len);
 

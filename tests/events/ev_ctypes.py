@@ -10,7 +10,7 @@ import random
 import sys
 import threading
 
-GDR_VALIDATE_EVENTS = 1
+GDR_VALIDATE_EVENTS = 2  # enum gdr_validate (0.2 on: AUTO 0, TAG 1, EVENTS 2)
 ROUTES = 6
 
 
@@ -45,8 +45,9 @@ def main():
     cache = C.c_void_p()
     if gdr.gdr_cache_create(None, C.byref(cache)):
         return "gdr_cache_create failed"
-    st = (C.c_uint64 * 64)()
-    gdr.gdr_cache_get_stats(cache, st)
+    st = (C.c_uint64 * 64)()  # room past struct gdr_cache_stats: zeros there
+    if gdr.gdr_cache_get_stats_ex(cache, st, C.c_size_t(C.sizeof(st))) or st[63]:
+        return "gdr_cache_get_stats_ex failed"
     mode = st[23]  # validate_mode: the 24th counter of struct gdr_cache_stats
     ist = Stats()
     gdr.gdr_intercept_get_stats(C.byref(ist), C.sizeof(ist))

@@ -7,9 +7,11 @@
  * loaded object through dlopen + cuGetProcAddress_v2.
  *
  * What the fake does, and what was measured on a real H100 (driver 580.159.04, CUDA 13.0) and on two
- * H200s (driver API 13000, issue 11) to decide it, is described at the top of fake_cuda.c (memory,
- * attributes, entry points), fake_cuda_ctx.c (devices, contexts), fake_cuda_pool.c (pools, dma-buf
- * export) and fake_cuda_ipc.c (imports from another process, VMM handles). In short:
+ * H200s (driver API 13000, issue 11) to decide it, is described at the top of fake_cuda.c (threads,
+ * devices, errors; where the rest is), fake_cuda_alloc.c (allocations), fake_cuda_vmm.c (VMM),
+ * fake_cuda_attr.c (attributes, dma-buf export), fake_cuda_proc.c (cuGetProcAddress),
+ * fake_cuda_ctx.c (devices, contexts), fake_cuda_pool.c (pools, dma-buf export rule) and
+ * fake_cuda_ipc.c (imports from another process, VMM handles). In short:
  *  - "GPU memory" is ordinary host memory inside one PROT_NONE reservation; live allocations are
  *    readable and writable by the test. VAs are reused at once (same VA, new BUFFER_ID).
  *  - Allocations of at most 1 MiB are sub-allocated first-fit, in 512-byte units, from 2 MiB chunks

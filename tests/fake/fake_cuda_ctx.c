@@ -14,7 +14,7 @@
  *    device's memory; cuDevicePrimaryCtxGetState then reports active 0. cuDevicePrimaryCtxReset of
  *    one device frees that device's context memory only. cuCtxDestroy of a cuCtxCreate'd context
  *    frees its memory only.
- *  - dma-buf export (fake_cuda.c) needs a current context, any device's: none gives
+ *  - dma-buf export (fake_cuda_attr.c) needs a current context, any device's: none gives
  *    INVALID_CONTEXT, either GPU's primary or a created context works.
  * Assumed (not measured):
  *  - VMM memory (cuMemCreate + cuMemMap) survives context release / reset / destroy, like pool

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Internal header of the fake CUDA driver: the state and helpers that its files share
- * (fake_cuda.c: memory model, pointer attributes, entry table; fake_cuda_ctx.c: devices and
- * contexts; fake_cuda_pool.c: stream-ordered pools and the dma-buf export rule; fake_cuda_ipc.c:
- * memory imported from another process and the VMM entry points). Not for tests: they use
- * fake_cuda.h. Every name here is hidden (the library is built with -fvisibility=hidden).
+ * (fake_cuda.c: entry names, counters and faults, reset; fake_cuda_mem.c: memory model, VA arena
+ * and chunks; fake_cuda_alloc.c: allocations and the allocation and free entry points;
+ * fake_cuda_vmm.c: VMM reservations and mappings; fake_cuda_attr.c: pointer attributes and
+ * dma-buf export; fake_cuda_proc.c: cuGetProcAddress; fake_cuda_ctx.c: devices and contexts;
+ * fake_cuda_pool.c: stream-ordered pools and the dma-buf export rule; fake_cuda_ipc.c: memory
+ * imported from another process and the VMM entry points). Not for tests: they use fake_cuda.h.
+ * Every name here is hidden (the library is built with -fvisibility=hidden).
  */
 #ifndef FAKE_CUDA_INTERNAL_H
 #define FAKE_CUDA_INTERNAL_H
@@ -18,16 +21,15 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The free and allocation entry points that libgdrcache patches (lib/intercept/patch.c): their exported
- * symbols are assembly prologues SIMULATING libcuda 580.159.04's entry bytes (fake_entry_<arch>.S)
- * that call fake_impl_<name> (hidden). fake_api_flag is what the x86-64 prologue's RIP-relative
- * cmp reads, as libcuda's does. Elsewhere the C function is the entry point. */
-#define FAKE_PATCHED_ENTRIES(X)                                                                    \
-	X(cuMemFree_v2) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemFreeHost) X(cuMemUnmap)    \
-	X(cuIpcCloseMemHandle) X(cuCtxDestroy) X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset)       \
-	X(cuDevicePrimaryCtxReset_v2) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) \
-	X(cuMemAlloc_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocHost_v2)           \
-	X(cuMemAllocManaged)
+/* The free and allocation entry points that libgdrcache patches (lib/intercept/entries.h, the one
+ * list of them: its SIM rows): their exported symbols are assembly prologues SIMULATING libcuda
+ * 580.159.04's entry bytes (fake_entry_<arch>.S) that call fake_impl_<name> (hidden).
+ * fake_api_flag is what the x86-64 prologue's RIP-relative cmp reads, as libcuda's does. Elsewhere
+ * the C function is the entry point. The rows the fake does not simulate (NOSIM) it does not
+ * export: a file that includes the list defines GDR_ENTRY(name, kind, route, fake, ...) as
+ * FAKE_IF_##fake(what a simulated row gives). */
+#define FAKE_IF_SIM(...) __VA_ARGS__
+#define FAKE_IF_NOSIM(...)
 #if defined(__x86_64__) || defined(__aarch64__)
 #define ENTRY_FN(name) fake_impl_##name
 #define ENTRY_EXPORT
@@ -127,34 +129,35 @@ bool ctx_valid(CUcontext ctx); /* lock held */
 void ctx_used(CUcontext ctx, int dev);
 
 /* ---- Entry points: names, counters, faults -------------------------------------------------- */
-#define FAKE_ENTRIES(X)                                                                            \
+/* The entry points the fake has, in enum entry: the intercepted ones it simulates
+ * (lib/intercept/entries.h's SIM rows), then these others. */
+#define FAKE_OTHER_ENTRIES(X)                                                                      \
 	X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuInit) X(cuDriverGetVersion)                 \
 	X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                   \
 	X(cuDeviceGetAttribute) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
 	X(cuDevicePrimaryCtxRetain)                                                                \
 	X(cuCtxGetFlags) X(cuCtxSetFlags) X(cuPointerGetAttribute) X(cuPointerGetAttributes)       \
 	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
-	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocHost_v2) X(cuMemFreeHost)                     \
-	X(cuMemAllocManaged) X(cuMemAllocAsync) X(cuMemFreeAsync)                                   \
-	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2)                                                      \
-	X(cuMemAllocAsync_ptsz) X(cuMemFreeAsync_ptsz) X(cuMemUnmap) X(cuCtxDestroy)                \
-	X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)               \
-	X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) X(cuIpcOpenMemHandle_v2)      \
-	X(cuIpcCloseMemHandle) X(cuDevicePrimaryCtxGetState) X(cuCtxPushCurrent_v2)                \
+	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuIpcOpenMemHandle_v2)                             \
+	X(cuDevicePrimaryCtxGetState) X(cuCtxPushCurrent_v2)                                       \
 	X(cuCtxPopCurrent_v2) X(cuCtxCreate_v2) X(cuDeviceGetDefaultMemPool)                       \
-	X(cuMemAllocFromPoolAsync) X(cuIpcGetMemHandle) X(cuMemCreate) X(cuMemRelease)            \
-	X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemSetAccess)                   \
+	X(cuIpcGetMemHandle) X(cuMemRelease)                                                       \
+	X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemSetAccess)                               \
 	X(cuMemGetAllocationGranularity) X(cuMemExportToShareableHandle)                           \
 	X(cuMemImportFromShareableHandle)
 
 enum entry {
+#define GDR_ENTRY(name, kind, route, fake, ...) FAKE_IF_##fake(E_##name,)
+#include "../../lib/intercept/entries.h"
 #define X(n) E_##n,
-	FAKE_ENTRIES(X)
+	FAKE_OTHER_ENTRIES(X)
 #undef X
 	E_COUNT
 };
 
 bool enter(enum entry e, bool need_init, CUresult *rc);
+/* An entry's index by its name or, for a _v2 entry, its base name; -1 if none. */
+int entry_lookup(const char *name);
 
 #define ENTER(name, need_init)                                                                     \
 	do {                                                                                       \
@@ -163,7 +166,7 @@ bool enter(enum entry e, bool need_init, CUresult *rc);
 			return enter_rc_;                                                          \
 	} while (0)
 
-/* ---- Memory model (fake_cuda.c) ------------------------------------------------------------- */
+/* ---- Memory model (fake_cuda_mem.c, fake_cuda_alloc.c, fake_cuda_vmm.c) -------------------- */
 #define CHUNK FAKE_CUDA_CHUNK_SIZE
 #define POOL_CHUNK FAKE_CUDA_POOL_CHUNK_SIZE
 #define UNIT FAKE_CUDA_SUBALLOC_UNIT
@@ -229,6 +232,7 @@ struct freed {
 extern struct vec g_allocs, g_chunks, g_resvs;
 extern bool g_force_new_va;
 extern int g_pool_handle[FAKE_CUDA_MAX_DEVICES]; /* what MEMPOOL_HANDLE points at */
+extern uint64_t g_last_id; /* the last BUFFER_ID handed out */
 
 void lock(void);
 void unlock(void);
@@ -252,6 +256,15 @@ struct alloc *find_alloc(uint64_t addr);
 int free_kind(uint64_t va, unsigned kinds_mask);
 /* Map fresh memory of dev at [va, va+size) in a reservation. 0, -EINVAL, -ENOMEM. */
 int vmm_map(uint64_t va, uint64_t size, int dev);
+/* fake_cuda_reset's, in this order, the lock held: every allocation freed and the free observer
+ * gone; the chunks left (none should be) and force-new-VA; the VMM reservations. */
+void alloc_reset(void);
+void mem_reset(void);
+void vmm_reset(void);
+
+/* ---- Pointers (fake_cuda_attr.c) and cuGetProcAddress (fake_cuda_proc.c) -------------------- */
+void dmabuf_reset(void); /* the count of dma-buf exports */
+void proc_reset(void);   /* hidden symbols and raised versions */
 
 /* ---- Pools (fake_cuda_pool.c) --------------------------------------------------------------- */
 uint64_t pool_alloc(int dev, uint64_t size); /* lock held */
@@ -271,11 +284,24 @@ CUresult entry_alloc(int kind, CUdeviceptr *dptr, size_t size, int dev);
 void ipc_forget(struct alloc *a); /* lock held: a (an IPC import) is being freed */
 void ipc_reset(void);             /* lock held */
 
-/* ---- Entry points defined outside fake_cuda.c (for the cuGetProcAddress table) ------------- */
+/* ---- Entry points (for the cuGetProcAddress table, fake_cuda_proc.c) ----------------------- */
 typedef struct {
 	char reserved[64];
 } CUipcMemHandle;
 
+/* The intercepted ones the fake simulates: their implementations (fake_cuda_alloc.c,
+ * fake_cuda_ctx.c, fake_cuda_pool.c, fake_cuda_ipc.c), then their exported entries (the assembly
+ * prologues, lib/intercept/entries.h's SIM rows): what cuGetProcAddress hands out, as dlsym does. */
+CUresult ENTRY_FN(cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);
+CUresult ENTRY_FN(cuMemFree_v2)(CUdeviceptr dptr);
+CUresult ENTRY_FN(cuMemAllocHost_v2)(void **pp, size_t bytesize);
+CUresult ENTRY_FN(cuMemFreeHost)(void *p);
+CUresult ENTRY_FN(cuMemAllocManaged)(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult ENTRY_FN(cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult ENTRY_FN(cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream);
+CUresult ENTRY_FN(cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult ENTRY_FN(cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream);
+CUresult ENTRY_FN(cuMemUnmap)(CUdeviceptr ptr, size_t size);
 CUresult ENTRY_FN(cuCtxDestroy)(CUcontext ctx);
 CUresult ENTRY_FN(cuCtxDestroy_v2)(CUcontext ctx);
 CUresult ENTRY_FN(cuDevicePrimaryCtxReset)(CUdevice dev);
@@ -283,6 +309,33 @@ CUresult ENTRY_FN(cuDevicePrimaryCtxReset_v2)(CUdevice dev);
 CUresult ENTRY_FN(cuDevicePrimaryCtxRelease)(CUdevice dev);
 CUresult ENTRY_FN(cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
 CUresult ENTRY_FN(cuIpcCloseMemHandle)(CUdeviceptr dptr);
+CUresult ENTRY_FN(cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					   CUstream hStream);
+CUresult ENTRY_FN(cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
+			       unsigned long long flags);
+CUresult ENTRY_FN(cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
+			    CUmemGenericAllocationHandle handle, unsigned long long flags);
+#define GDR_ENTRY(name, kind, route, fake, ...)                                                    \
+	FAKE_IF_##fake(EXPORT __typeof__(ENTRY_FN(name)) name;)
+#include "../../lib/intercept/entries.h"
+
+/* The others. */
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+				    cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+EXPORT CUresult cuInit(unsigned int flags);
+EXPORT CUresult cuDriverGetVersion(int *version);
+EXPORT CUresult cuGetErrorName(CUresult error, const char **str);
+EXPORT CUresult cuGetErrorString(CUresult error, const char **str);
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
+EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, int *attributes, void **data,
+				       CUdeviceptr ptr);
+EXPORT CUresult cuPointerSetAttribute(const void *value, int attribute, CUdeviceptr ptr);
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+					      int handleType, unsigned long long flags);
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal);
@@ -297,18 +350,12 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 EXPORT CUresult cuCtxGetFlags(unsigned int *flags);
 EXPORT CUresult cuCtxSetFlags(unsigned int flags);
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
-EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-					CUstream hStream);
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr);
 EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags);
-EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
-			    unsigned long long flags);
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
 				    CUdeviceptr addr, unsigned long long flags);
 EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-			 CUmemGenericAllocationHandle handle, unsigned long long flags);
 EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const void *prop, int option);
 EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,

@@ -4,7 +4,7 @@
  * cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle) and VMM shareable handles (cuMemCreate,
  * cuMemExportToShareableHandle, cuMemImportFromShareableHandle), with the VMM entry points they
  * need (cuMemAddressReserve / Free, cuMemMap, cuMemSetAccess, cuMemRelease) over the VMM model of
- * fake_cuda.c. The fake is one process: it plays exporter and importer, and an import is new
+ * fake_cuda_vmm.c. The fake is one process: it plays exporter and importer, and an import is new
  * memory at a new VA (its content is not the exporter's).
  *
  * Measured on an H200, driver API 13000, importer forked before cuInit (issue 11 probe

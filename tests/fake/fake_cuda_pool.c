@@ -13,7 +13,7 @@
  *    id); under a mixed-size churn some allocations straddle a chunk boundary.
  *  - RANGE_START_ADDR / RANGE_SIZE = the allocation; CONTEXT NULL, IS_GPU_DIRECT_RDMA_CAPABLE 0,
  *    MEMPOOL_HANDLE the pool, MEMORY_TYPE DEVICE, DEVICE_ORDINAL the pool's device, SYNC_MEMOPS
- *    set succeeds (fake_cuda.c's attributes). A default pool and an explicit one behave alike.
+ *    set succeeds (fake_cuda_attr.c). A default pool and an explicit one behave alike.
  *  - Release threshold 0: a chunk that holds no allocation any more is released (here at free
  *    time: the fake has no streams); the next allocation there gets the same VA, a new BUFFER_ID
  *    and new physical memory (a new phys generation).
@@ -29,7 +29,8 @@
  * placed first fit in the device's pool region (FAKE_CUDA_POOL_REGION of VA, taken on first use):
  * the unit cuMemAlloc was measured to use, and the harder case for a cache (several allocations
  * in one 4 KiB page); the 64 KiB packing measured is the same under both. Assumed: the memory an
- * open dma-buf holds is held for DEVICE and VMM chunks too (FACTS.md measured it for cuMemFree).
+ * open dma-buf holds is held for DEVICE and VMM chunks too (docs/FACTS.md, "dma-buf and freed
+ * memory", measured it for cuMemFree).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -249,7 +250,7 @@ CUresult export_check(uint64_t va, uint64_t size)
 
 	if (!g_devattr[dev][DEVATTR_DMA_BUF_SUPPORTED])
 		return CUDA_ERROR_NOT_SUPPORTED;
-	/* Every byte in live DEVICE, POOL or VMM chunks (H100, fake_cuda.c), pool chunks whole. */
+	/* Every byte in live DEVICE, POOL or VMM chunks (H100, fake_cuda_attr.c), pool chunks whole. */
 	for (uint64_t p = va; p < end; p = c->sp.va + c->sp.size) {
 		c = vec_find(&g_chunks, p);
 		if (!c || !kind_is_gpu(c->kind))

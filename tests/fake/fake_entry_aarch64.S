@@ -2,8 +2,8 @@
 /*
  * The fake driver's exported free and allocation entry points on aarch64: a SIMULATION of a
  * libcuda entry as the compiler writes it (the x86-64 file copies libcuda 580.159.04's measured
- * entry bytes, FACTS.md; aarch64's were not measured), so that lib/intercept/patch.c meets in the unit tests
- * the frame-record prologue it will meet there:
+ * entry bytes, docs/FACTS.md, "libcuda's entry bytes"; aarch64's were not measured), so that
+ * lib/intercept/patch.c meets in the unit tests the frame-record prologue it will meet there:
  *
  *   stp x29, x30, [sp, #-16]!; mov x29, sp; bl fake_impl_<name>; ldp x29, x30, [sp], #16; ret
  *
@@ -27,6 +27,8 @@
 	ret
 .endm
 
+/* One entry; with FAKE_CUDA_BAD_ENTRY, cuMemFree_v2's first instruction is PC-relative: the
+ * patcher must refuse it. */
 .macro FAKE_ENTRY name
 	.globl	\name
 	.type	\name, %function
@@ -34,20 +36,11 @@
 	.p2align 4
 \name:
 	.cfi_startproc
-	FAKE_BODY \name
-	.cfi_endproc
-	.size	\name, . - \name
-.endm
-
-/* An entry whose first instruction is PC-relative: the patcher must refuse it. */
-.macro FAKE_BAD_ENTRY name
-	.globl	\name
-	.type	\name, %function
-	.hidden	fake_impl_\name
-	.p2align 4
-\name:
-	.cfi_startproc
+#ifdef FAKE_CUDA_BAD_ENTRY
+	.ifc	\name, cuMemFree_v2
 	adrp	x16, fake_api_flag
+	.endif
+#endif
 	FAKE_BODY \name
 	.cfi_endproc
 	.size	\name, . - \name
@@ -55,30 +48,11 @@
 
 	.hidden	fake_api_flag
 
-#ifdef FAKE_CUDA_BAD_ENTRY
-	FAKE_BAD_ENTRY cuMemFree_v2
-#else
-	FAKE_ENTRY cuMemFree_v2
-#endif
-	FAKE_ENTRY cuMemFreeAsync
-	FAKE_ENTRY cuMemFreeAsync_ptsz
-	FAKE_ENTRY cuMemFreeHost
-	FAKE_ENTRY cuMemUnmap
-	FAKE_ENTRY cuIpcCloseMemHandle
-	FAKE_ENTRY cuCtxDestroy
-	FAKE_ENTRY cuCtxDestroy_v2
-	FAKE_ENTRY cuDevicePrimaryCtxReset
-	FAKE_ENTRY cuDevicePrimaryCtxReset_v2
-	FAKE_ENTRY cuDevicePrimaryCtxRelease
-	FAKE_ENTRY cuDevicePrimaryCtxRelease_v2
-	FAKE_ENTRY cuMemAlloc_v2
-	FAKE_ENTRY cuMemAllocAsync
-	FAKE_ENTRY cuMemAllocAsync_ptsz
-	FAKE_ENTRY cuMemAllocHost_v2
-	FAKE_ENTRY cuMemAllocManaged
-	FAKE_ENTRY cuMemAllocFromPoolAsync
-	FAKE_ENTRY cuMemCreate
-	FAKE_ENTRY cuMemMap
+/* lib/intercept/entries.h's rows the fake simulates (SIM), one FAKE_ENTRY each. */
+#define GDR_ENTRY(name, kind, route, fake, ...) FAKE_IF_##fake(FAKE_ENTRY name)
+#define FAKE_IF_SIM(...) __VA_ARGS__
+#define FAKE_IF_NOSIM(...)
+#include "../../lib/intercept/entries.h"
 #endif /* __aarch64__ */
 
 	.section .note.GNU-stack, "", %progbits

@@ -202,7 +202,7 @@ static void test_vmm(struct gdr_cache *c)
 }
 
 /* Two mappings in one reservation: each is its own allocation (RANGE_* alone would give the whole
- * reservation, mapped or not: FACTS.md), and one registration may span both. */
+ * reservation, mapped or not: docs/FACTS.md, "VMM memory"), and one registration may span both. */
 static void test_vmm_two_mappings(struct gdr_cache *c)
 {
 	CUmemAllocationProp prop = { 0 };
@@ -283,8 +283,9 @@ static void *reg_without_context(void *arg)
 	return NULL;
 }
 
-/* FACTS.md: a thread without a current context cannot export a dma-buf (an MPI progress thread
- * usually has none); the cache borrows the device's primary context. */
+/* docs/FACTS.md, "Threads without a context": a thread without a current context cannot export
+ * a dma-buf (an MPI progress thread usually has none); the cache borrows the device's primary
+ * context. */
 static void test_thread_without_context(struct gdr_cache *c)
 {
 	struct thread_reg t = { .c = c };

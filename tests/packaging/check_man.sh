@@ -3,10 +3,12 @@
 # The manual pages (docs/man/gdrcache.man, built into BUILD/man by docs/man/mkman.py): every page
 # renders with `man -l` without a single groff or man warning; every function of the public API
 # (the GDRCACHE_0.* stanzas of lib/libgdrcache.map) has a page in section 3; the variables of
-# gdrcache(7) and of the README's configuration table are exactly lib/common/config.c's table.
-# Usage: check_man.sh BUILD SOURCE. Exit 0 pass, 1 fail, 77 skip (no man or groff here).
+# gdrcache(7) and of the README's configuration table are exactly lib/common/config.c's table (its
+# user variables, as docs/man/mkman.py reads it; their defaults and descriptions:
+# check_config_docs.py).
+# Usage: check_man.sh BUILD SOURCE [PYTHON]. Exit 0 pass, 1 fail, 77 skip (no man or groff here).
 set -u
-build=$1 src=$2
+build=$1 src=$2 python=${3:-python3}
 command -v man >/dev/null && command -v groff >/dev/null || { echo "no man/groff"; exit 77; }
 fail=0
 n=0 bad=0
@@ -34,8 +36,7 @@ done
 [ -n "$api" ] || { echo "FAIL: no API functions in lib/libgdrcache.map"; missing=1; }
 [ $missing = 0 ] && echo "ok: a page for each of $(echo "$api" | wc -w) API functions" || fail=1
 
-table=$(sed -n '/} table\[\] = {/,/^};/p' "$src/lib/common/config.c" | grep -o '{ "GDRCACHE_[A-Z0-9_]*"' |
-	grep -o 'GDRCACHE_[A-Z0-9_]*' | sort)
+table=$("$python" "$src/docs/man/mkman.py" --variables "$src/lib/common/config.c" | sort)
 man7=$(cd "$build/man" && LC_ALL=C MANWIDTH=200 man -l man7/gdrcache.7 2>/dev/null |
 	sed -n '/^ENVIRONMENT/,/^[A-Z]/p' | grep -o '^       GDRCACHE_[A-Z0-9_]*$' | tr -d ' ' | sort)
 readme=$(sed -n '/^### Configuration/,/^### /p' "$src/README.md" | grep -o '^| `GDRCACHE_[A-Z0-9_]*`' |

@@ -389,11 +389,10 @@ int main(int argc, char **argv)
 	uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 0) : 10000000ULL;
 	struct gdr_cache_attr attr = {
 		.field_mask = GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES |
-			      GDR_CACHE_ATTR_MAX_PIN_BYTES | GDR_CACHE_ATTR_LOG_LEVEL,
+			      GDR_CACHE_ATTR_MAX_PIN_BYTES,
 		.max_bytes = max_bytes,
 		.max_entries = max_entries,
 		.max_pin_bytes = 2 * MiB,
-		.log_level = GDR_LOG_NONE,
 	};
 	struct gdr_cache_stats st;
 
@@ -415,14 +414,14 @@ int main(int argc, char **argv)
 	if (intercept_mode)
 		pthread_create(&freer, NULL, free_thread, NULL);
 	else
-		gdr_events_prober = probe_simulated;
+		fake_seams.events_probe = probe_simulated;
 	rng_state = 0x9e3779b97f4a7c15ULL ^ seed;
 	fake_verbs_install();
 	fake_backend_reset();
 	fake_be.bar_bytes = chunks_mode ? 200 * MiB : 10 * MiB; /* BAR exhaustion: evict, retry */
 	if (chunks_mode)
 		CHECK(fake_cuda_set_device_count(2) == 0);
-	if (gdr_cache_create_ops(&attr, chunks_mode ? &chunk_backend_ops : &fake_backend_ops,
+	if (fake_cache_create(&attr, chunks_mode ? &chunk_backend_ops : &fake_backend_ops,
 				 &cache)) {
 		fprintf(stderr, "diff_test: cannot create the cache\n");
 		return 1;

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache.h"
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
@@ -124,9 +123,8 @@ int main(int argc, char **argv)
 {
 	int nthreads = argc > 1 ? atoi(argv[1]) : 8;
 	struct gdr_cache_attr attr = {
-		.field_mask = GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_LOG_LEVEL,
+		.field_mask = GDR_CACHE_ATTR_MAX_ENTRIES,
 		.max_entries = 16,
-		.log_level = GDR_LOG_NONE,
 	};
 	pthread_t t[64], ch;
 	struct gdr_cache_stats st;
@@ -136,11 +134,11 @@ int main(int argc, char **argv)
 	events_mode = argc > 3 && !strcmp(argv[3], "events");
 	attr.field_mask |= GDR_CACHE_ATTR_VALIDATE;
 	attr.validate = events_mode ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG;
-	gdr_events_prober = probe_simulated;
+	fake_seams.events_probe = probe_simulated;
 	if (nthreads < 1 || nthreads > 64)
 		return 2;
 	fake_verbs_install();
-	if (gdr_cache_create_ops(&attr, &fake_backend_ops, &cache))
+	if (fake_cache_create(&attr, &fake_backend_ops, &cache))
 		return 1;
 	shared_buf = fake_cuda_alloc(1 * MiB);
 	for (int i = 0; i < 8; i++)

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "cache/cache.h"
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
@@ -140,8 +139,8 @@ int main(int argc, char **argv)
 	fake_cuda_reset();
 	fake_backend_reset();
 	fake_verbs_install();
-	gdr_events_prober = probe_ok;
-	if ((rc = gdr_cache_create_ops(&a, &fake_backend_ops, &cache))) {
+	fake_seams.events_probe = probe_ok;
+	if ((rc = fake_cache_create(&a, &fake_backend_ops, &cache))) {
 		fprintf(stderr, "xthread_stress: gdr_cache_create: %d\n", rc);
 		return 1;
 	}

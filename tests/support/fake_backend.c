@@ -16,6 +16,7 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "cache/cache.h" /* what a registration pinned (white box) */
 
 struct fake_backend_state fake_be;
 
@@ -69,12 +70,14 @@ struct fake_be_handle {
 	struct gdr_be base;
 };
 
-static int fb_open(const struct gdr_config *cfg, struct gdr_be **out, const char **why)
+static int fb_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
+		   const char **why)
 {
 	struct fake_be_handle *h = calloc(1, sizeof(*h));
 
 	(void)cfg;
 	h->base.ops = &fake_backend_ops;
+	h->base.sys = *sys;
 	*out = &h->base;
 	*why = "test double";
 	return 0;
@@ -186,8 +189,8 @@ bool fake_backend_pin_current(const struct gdr_region *r, uint64_t a, uint64_t l
 static int fb_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
 		     uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
-	(void)b, (void)pin;
-	return gdr_verbs_reg(pd, (void *)(uintptr_t)base, len, base, access, mr);
+	(void)pin;
+	return gdr_verbs_reg(b->sys.verbs, pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
 static int fb_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *out, uint32_t max)

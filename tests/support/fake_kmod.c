@@ -190,5 +190,5 @@ static const struct gdr_kmod_sys fake_sys = {
 
 void fake_kmod_install(void)
 {
-	gdr_kmod_sys = &fake_sys;
+	fake_seams.kmod = &fake_sys;
 }

@@ -71,7 +71,18 @@ static const struct gdr_verbs_ops fake_ops = {
 	.dereg_mr = f_dereg_mr,
 };
 
+struct gdr_cache_seams fake_seams;
+
+int fake_cache_create(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
+		      struct gdr_cache **cache)
+{
+	struct gdr_cache_seams s = fake_seams;
+
+	s.backend = ops;
+	return gdr_cache_create_seams(attr, &s, cache);
+}
+
 void fake_verbs_install(void)
 {
-	gdr_verbs = &fake_ops;
+	fake_seams.verbs = &fake_ops;
 }

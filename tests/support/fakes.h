@@ -14,7 +14,7 @@
 
 #include "gdrcache/uapi.h"
 #include "backend/backend.h"
-#include "cache/cache.h"
+#include "cache/seams.h"
 #include "common/defs.h"
 #include "nic/verbs.h"
 
@@ -36,7 +36,15 @@ void fake_backend_reset(void);
  * (the fake's record of physical generations, from fake_cuda_phys_gen). */
 bool fake_backend_pin_current(const struct gdr_region *r, uint64_t a, uint64_t len);
 
-/* ---- fake verbs (installed by fake_verbs_install) ---- */
+/* ---- the seams of the caches a test makes (cache/seams.h) ---- */
+/* What fake_cache_create gives a cache: the fakes installed below, and the events probe a test sets
+ * (NULL: the real one). */
+extern struct gdr_cache_seams fake_seams;
+/* gdr_cache_create over fake_seams, with backend ops (NULL: the configured backend). */
+int fake_cache_create(const struct gdr_cache_attr *attr, const struct gdr_backend_ops *ops,
+		      struct gdr_cache **cache);
+
+/* ---- fake verbs (installed by fake_verbs_install into fake_seams) ---- */
 struct fake_verbs_state {
 	uint64_t regs, dmabuf_regs, deregs, outstanding;
 	int fail_next_errno;

@@ -27,8 +27,20 @@ fi
 if grep '^gdr_private_' "$tmp/versioned" | grep -v '@@GDRCACHE_PRIVATE$'; then
 	echo "FAIL: gdr_private_* outside GDRCACHE_PRIVATE"; fail=1
 fi
-if grep '^gdr_' "$tmp/versioned" | grep -v '^gdr_private_' | grep -v '@@GDRCACHE_0\.'; then
+if grep '^gdr_' "$tmp/versioned" | grep -v '^gdr_private_' | grep -v '@GDRCACHE_0\.'; then
 	echo "FAIL: API symbols outside a GDRCACHE_x.y node"; fail=1
+fi
+# Symbol versions: a function is the default (NAME@@NODE, what programs link now) in the newest
+# GDRCACHE_0.* stanza that lists it; an older stanza that lists it too keeps that node's version for
+# the programs built against it (NAME@NODE, lib/cache/compat-0_1.c). Exactly those, no others.
+awk '/^GDRCACHE_0\.[0-9]+ *\{/ { node = $1 } /^}/ { node = "" }
+     node && /^[[:space:]]*gdr_[A-Za-z0-9_]*;/ { gsub(/[[:space:];]/, ""); print $0, node }' "$map" |
+	awk '{ n[$1]++; v[$1, n[$1]] = $2 }
+	     END { for (s in n) for (i = 1; i <= n[s]; i++) print s (i == n[s] ? "@@" : "@") v[s, i] }' |
+	sort >"$tmp/expected"
+grep '^gdr_' "$tmp/versioned" | grep -v '^gdr_private_' | sort >"$tmp/api"
+if ! diff -u "$tmp/expected" "$tmp/api"; then
+	echo "FAIL: symbol versions differ from $map's stanzas"; fail=1
 fi
 if readelf -d "$lib" | grep -q 'NEEDED.*libcuda'; then echo "FAIL: links libcuda"; fail=1; fi
 if ! readelf -d "$lib" | grep -q 'SONAME.*libgdrcache\.so\.[0-9]'; then echo "FAIL: soname"; fail=1; fi

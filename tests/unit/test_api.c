@@ -34,9 +34,14 @@ static void test_create_bad_attributes(void **state)
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
 	a = (struct gdr_cache_attr){ .field_mask = GDR_CACHE_ATTR_VALIDATE, .validate = 7 };
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
-	a = (struct gdr_cache_attr){ .field_mask = GDR_CACHE_ATTR_LOG_LEVEL, .log_level = 5 };
+	/* 0.1's log-level bit (gdr_set_log_level now): refused, even with a valid level. */
+	a = (struct gdr_cache_attr){ .field_mask = 1u << 5 };
+	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
+	a = (struct gdr_cache_attr){ .reserved0 = GDR_LOG_NONE + 1 };
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
 	assert_null(c);
+	assert_int_equal(gdr_set_log_level(GDR_LOG_DEBUG + 1), -EINVAL);
+	assert_int_equal(gdr_set_log_level(GDR_LOG_NONE - 1), -EINVAL);
 }
 
 static void test_reg_bad_input(void **state)
@@ -47,7 +52,7 @@ static void test_reg_bad_input(void **state)
 	struct gdr_cache_stats s;
 
 	(void)state;
-	assert_int_equal(gdr_cache_create_ops(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(gdr_reg(NULL, NULL, (void *)(uintptr_t)a, 1, 0, &r), -EINVAL);
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 1, 0, NULL), -EINVAL);
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 0, 0, &r), -EINVAL);
@@ -68,7 +73,7 @@ static void test_double_dereg_and_busy_destroy(void **state)
 	uint64_t a = fake_cuda_alloc(2 * MiB);
 
 	(void)state;
-	assert_int_equal(gdr_cache_create_ops(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
 	assert_int_equal(gdr_cache_destroy(c), -EBUSY); /* a registration is held */
 	assert_int_equal(gdr_dereg(r), 0);
@@ -96,7 +101,7 @@ static void test_accessors_bad_input(void **state)
 	int fd;
 
 	(void)state;
-	assert_int_equal(gdr_cache_create_ops(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(gdr_region_mr(NULL, &mr), -EINVAL);
 	assert_int_equal(gdr_region_keys(NULL, &u32, &u32), -EINVAL);
 	assert_int_equal(gdr_region_range(NULL, &u64, &u64), -EINVAL);

@@ -22,7 +22,7 @@ static struct gdr_cache *create(int backend)
 				    .backend = backend, .validate = GDR_VALIDATE_TAG };
 	struct gdr_cache *c = NULL;
 
-	assert_int_equal(gdr_cache_create(&a, &c), 0);
+	assert_int_equal(fake_cache_create(&a, NULL, &c), 0);
 	return c;
 }
 
@@ -116,10 +116,10 @@ static void test_kmod_unavailable(void **state)
 
 	(void)state;
 	fake_kmod.present = false;
-	assert_int_equal(gdr_cache_create(&a, &c), -ENODEV);
+	assert_int_equal(fake_cache_create(&a, NULL, &c), -ENODEV);
 	fake_kmod.present = true;
 	fake_kmod.major = GDRCACHE_UAPI_VERSION_MAJOR + 1; /* a module from the future */
-	assert_int_equal(gdr_cache_create(&a, &c), -ENODEV);
+	assert_int_equal(fake_cache_create(&a, NULL, &c), -ENODEV);
 }
 
 static void test_auto_choice(void **state)
@@ -164,8 +164,8 @@ static void test_dmabuf(void **state)
 	assert_int_equal((uintptr_t)mr->addr, a);     /* iova = the pinned base */
 	assert_int_equal(gdr_region_kmod(r, NULL, NULL, NULL), -ENOENT);
 	assert_int_equal(gdr_dereg(r), 0);
-	/* FACTS.md: the dma-buf of a freed buffer keeps the old memory; the stale entry must go and
-	 * its fd be closed. */
+	/* docs/FACTS.md, "dma-buf and freed memory": the dma-buf of a freed buffer keeps the old
+	 * memory; the stale entry must go and its fd be closed. */
 	fake_cuda_free(a);
 	assert_int_equal(fake_cuda_alloc(4 * MiB), a);
 	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &r2), 0);
@@ -202,8 +202,9 @@ static void *reg_from_thread(void *p)
 	return NULL;
 }
 
-/* FACTS.md: a thread with no current context cannot export a dma-buf; an MPI progress thread
- * typically has none. The cache borrows the device's primary context. */
+/* docs/FACTS.md, "Threads without a context": a thread with no current context cannot export a
+ * dma-buf; an MPI progress thread typically has none. The cache borrows the device's primary
+ * context. */
 static void test_dmabuf_thread_without_context(void **state)
 {
 	struct gdr_cache *c = create(GDR_BACKEND_DMABUF);

@@ -29,7 +29,7 @@ static struct gdr_cache *make(uint64_t mask, uint64_t max_bytes, uint64_t max_en
 				    .max_pin_bytes = max_pin, .validate = GDR_VALIDATE_TAG };
 	struct gdr_cache *c = NULL;
 
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	return c;
 }
 
@@ -121,7 +121,8 @@ static void test_va_reuse_is_stale(void **state)
 	assert_int_equal(gdr_dereg(r), 0);
 	fake_cuda_free(a);
 	b = fake_cuda_alloc(4 * MiB);
-	assert_int_equal(b, a);                       /* FACTS.md: same VA ... */
+	/* docs/FACTS.md, "Address reuse": */
+	assert_int_equal(b, a);                       /* same VA ... */
 	assert_true(fake_cuda_buffer_id(b) > ida);    /* ... new, larger BUFFER_ID */
 	r = reg(b, 4 * MiB);
 	check_region(r, b, 4 * MiB);
@@ -174,7 +175,7 @@ static void test_small_allocations_share_a_page(void **state)
 	uint64_t b1, l1, b2, l2;
 
 	(void)state;
-	assert_int_equal(a2, a1 + 4096); /* FACTS.md: adjacent */
+	assert_int_equal(a2, a1 + 4096); /* adjacent: docs/FACTS.md, "Small allocations" */
 	r1 = reg(a1, 4096);
 	r2 = reg(a2, 4096);
 	check_region(r1, a1, 4096);

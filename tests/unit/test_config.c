@@ -10,12 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "cache/cache.h" /* white box: the cache's resolved configuration */
 
 static void test_parse_size(void **state)
 {
@@ -202,6 +204,86 @@ static void test_same_meaning_as_preload(void **state)
 	assert_int_equal(child("--log-level", "GDRCACHE_LOG", "info", NULL, 0), GDR_LOG_INFO);
 }
 
+/* The table: every row named, with a form, a default and a description; its one test switch marked
+ * as such; each documented default (its last word, for a derived limit's fallback) the value the
+ * variable has when unset, so that the header, the README and gdrcache(7), which copy or are made
+ * from the table (tests/packaging), say what the library does. */
+struct rows {
+	char names[32][64];
+	char fixed[32][300];
+	unsigned n, tests, checked;
+};
+
+static void fixed_default(const char *name, const char *form, const char *value, const char *dflt,
+			  bool set, void *arg)
+{
+	struct rows *r = arg;
+
+	(void)form, (void)value, (void)set;
+	assert_true(r->n < 32);
+	snprintf(r->names[r->n], sizeof(r->names[0]), "%s", name);
+	snprintf(r->fixed[r->n++], sizeof(r->fixed[0]), "%s", dflt);
+}
+
+static void documented_default(const struct gdr_config_var *var, const char *value, bool set,
+			       void *arg)
+{
+	struct rows *r = arg;
+	const char *last = strrchr(var->dflt, ' ') ? strrchr(var->dflt, ' ') + 1 : var->dflt;
+	uint64_t a, b;
+
+	(void)value, (void)set;
+	assert_int_equal(strncmp(var->name, "GDRCACHE_", 9), 0);
+	assert_true(var->form && *var->form && var->dflt && *var->dflt && var->desc && *var->desc);
+	if (var->test) {
+		r->tests++;
+		assert_string_equal(var->name, "GDRCACHE_NO_MEMBARRIER");
+		return;
+	}
+	for (unsigned i = 0; i < r->n; i++) {
+		if (strcmp(r->names[i], var->name))
+			continue;
+		if (!*r->fixed[i] ? strcmp(var->dflt, "stderr") /* GDRCACHE_LOG_FILE: "" */
+		    : !gdr_parse_size(last, &a) && !gdr_parse_size(r->fixed[i], &b) ? a != b
+		    : strcasecmp(last, r->fixed[i]) != 0)
+			fail_msg("%s: documented default \"%s\", unset it is \"%s\"", var->name,
+				 var->dflt, r->fixed[i]);
+		r->checked++;
+		return;
+	}
+	fail_msg("%s: not a variable of gdr_config_each", var->name);
+}
+
+static void test_table(void **state)
+{
+	struct rows r = { .n = 0 };
+
+	(void)state;
+	gdr_config_each(fixed_default, &r);
+	gdr_config_vars(documented_default, &r);
+	assert_int_equal(r.checked, r.n);
+	assert_int_equal(r.tests, 1);
+	assert_true(r.n >= 13);
+}
+
+/* GDRCACHE_NO_MEMBARRIER, the test switch, is the table's: set to anything (even nothing, even 0)
+ * it is on, as when thread.c read it with getenv; never malformed, never warned about as a typo. */
+static void test_switch(void **state)
+{
+	char err[4096];
+	int rc;
+	(void)state;
+
+	rc = child("--tests", "GDRCACHE_LOG_FILE", "", NULL, 0);
+	if (rc == 77)
+		skip();
+	assert_int_equal(rc, 0); /* unset: off */
+	assert_int_equal(child("--tests", "GDRCACHE_NO_MEMBARRIER", "1", err, sizeof(err)), 1);
+	assert_null(strstr(err, "GDRCACHE_NO_MEMBARRIER"));
+	assert_int_equal(child("--tests", "GDRCACHE_NO_MEMBARRIER", "", NULL, 0), 1);
+	assert_int_equal(child("--tests", "GDRCACHE_NO_MEMBARRIER", "0", NULL, 0), 1);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -212,6 +294,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_unknown_name_warned),
 		cmocka_unit_test(test_stats_at_destroy_count_hits),
 		cmocka_unit_test(test_same_meaning_as_preload),
+		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_switch),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {
@@ -241,6 +325,8 @@ int main(int argc, char **argv)
 		}
 		return gdr_cache_destroy(c) ? 1 : 0;
 	}
+	if (argc > 1 && !strcmp(argv[1], "--tests")) /* the test switch, as the exit status */
+		return gdr_config_get()->bad ? 99 : gdr_config_tests()->no_membarrier;
 	if (argc > 1 && !strcmp(argv[1], "--log-level")) /* the level parsed, as the exit status */
 		return gdr_config_get()->bad ? 99 : gdr_config_get()->log_level;
 	if (argc > 1 && !strcmp(argv[1], "--typo")) {

@@ -12,7 +12,6 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cache/cache.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
 #include "fake_cuda.h"
@@ -61,7 +60,8 @@ static void test_buffer_id_and_sync_memops(void **state)
 	assert_int_equal(id, fake_cuda_buffer_id(a));
 	assert_int_equal(gdr_cuda_set_sync_memops(a), 0);
 	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
-	assert_int_equal(gdr_cuda_set_sync_memops(va), -EOPNOTSUPP); /* FACTS.md: VMM */
+	/* docs/FACTS.md, "VMM memory": */
+	assert_int_equal(gdr_cuda_set_sync_memops(va), -EOPNOTSUPP);
 	fake_cuda_free(a);
 	assert_int_equal(gdr_cuda_buffer_id(a, &id), -ESTALE);
 	assert_int_equal(gdr_cuda_set_sync_memops(a), -EIO);
@@ -78,7 +78,7 @@ static void test_vmm_without_cuCtxSetFlags(void **state)
 
 	(void)state;
 	assert_int_equal(gdr_cuda_ctx_sync_memops(0), -EOPNOTSUPP); /* hidden in main() */
-	assert_int_equal(gdr_cache_create_ops(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(fake_cuda_vmm_map(va, 2 * MiB), 0);
 	assert_int_equal(fake_cuda_vmm_map(va + 2 * MiB, 2 * MiB), 0);
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)va, 4096, 0, &r), 0);
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 		fake_verbs_install();
 		fake_cuda_set_init_error(GDR_CUDA_ERROR_NO_DEVICE);
 		/* No usable driver: GPU paths off, the cache still works for host memory. */
-		if (gdr_cuda_load() != -ENODEV || gdr_cache_create(NULL, &c))
+		if (gdr_cuda_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
 			return 1;
 		if (gdr_reg(c, FAKE_PD, buf, sizeof(buf), 0, &r) || gdr_dereg(r))
 			return 2;
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
 		fake_verbs_install();
 		fake_cuda_set_driver_version(11020); /* 11.2: cuGetProcAddress answers, too old */
 		va = fake_cuda_alloc(4096);
-		if (gdr_cuda_load() != -ENODEV || gdr_cache_create(NULL, &c))
+		if (gdr_cuda_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
 			return 1;
 		/* GPU memory is not known for what it is: with no PD, nothing to register */
 		if (gdr_reg(c, NULL, (void *)(uintptr_t)va, 4096, 0, &r) != -ENODEV)

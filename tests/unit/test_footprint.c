@@ -16,6 +16,7 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "cache/cache.h" /* white box: what an entry costs */
 
 #define MiB (1024ULL * 1024)
 #define N 4096
@@ -33,7 +34,7 @@ static void test_bytes_per_entry(void **state)
 	size_t entry = 0, tags = 0, records = 0, keys, index, hash, per;
 
 	(void)state;
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	for (int i = 0; i < N; i++) {
 		va[i] = fake_cuda_alloc(MiB);
 		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)va[i], 4096, 0, &r), 0);

@@ -36,7 +36,7 @@ static struct gdr_cache *make(int mode)
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE, .validate = mode };
 	struct gdr_cache *c = NULL;
 
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	return c;
 }
 
@@ -48,7 +48,7 @@ static int setup(void **state)
 	fake_verbs_install();
 	fake_verbs = (struct fake_verbs_state){ 0 };
 	probe_rc = 0;
-	gdr_events_prober = probe_fake;
+	fake_seams.events_probe = probe_fake;
 	cache = make(GDR_VALIDATE_EVENTS);
 	return 0;
 }
@@ -147,7 +147,7 @@ static void test_event_drops_entry_before_next_hit(void **state)
 	assert_int_equal(gdr_dereg(r), 0);
 	free_evented(a);
 	b = fake_cuda_alloc(2 * MiB);
-	assert_int_equal(b, a); /* the VA comes back (FACTS.md) */
+	assert_int_equal(b, a); /* the VA comes back (docs/FACTS.md, "Address reuse") */
 	r = reg(b, 4096);
 	assert_true(region_id(r) > id);
 	assert_int_equal(region_id(r), fake_cuda_buffer_id(b));
@@ -221,10 +221,10 @@ static void test_mode_choice(void **state)
 	(void)state;
 	probe_rc = -ENOSYS;
 	a.validate = GDR_VALIDATE_EVENTS;
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), -EOPNOTSUPP);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), -EOPNOTSUPP);
 	assert_null(c);
 	a.validate = GDR_VALIDATE_AUTO;
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	assert_non_null(c);
 	{
 		struct gdr_cache_stats s;
@@ -234,7 +234,7 @@ static void test_mode_choice(void **state)
 	}
 	assert_int_equal(gdr_cache_destroy(c), 0);
 	probe_rc = 0;
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	{
 		struct gdr_cache_stats s;
 
@@ -300,7 +300,7 @@ static void test_held_entry_survives_eviction_attempts(void **state)
 						GDR_CACHE_ATTR_MAX_ENTRIES,
 					     .validate = GDR_VALIDATE_EVENTS, .max_entries = 1 };
 
-		assert_int_equal(gdr_cache_create_ops(&at, &fake_backend_ops, &cache), 0);
+		assert_int_equal(fake_cache_create(&at, &fake_backend_ops, &cache), 0);
 	}
 	r = reg(a, 4096);
 	assert_int_equal(gdr_dereg(reg(b, 4096)), 0); /* over the limit: b (unheld) is evicted */
@@ -521,7 +521,7 @@ static void test_evictions_share_grace_periods(void **state)
 
 	(void)state;
 	assert_int_equal(gdr_cache_destroy(cache), 0);
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &cache), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &cache), 0);
 	for (int i = 0; i < N; i++)
 		va[i] = fake_cuda_alloc(2 * MiB);
 	for (int i = 0; i < LIMIT; i++)
@@ -548,7 +548,7 @@ static void test_capped_allocation_served_within_its_pin(void **state)
 
 	(void)state;
 	assert_int_equal(gdr_cache_destroy(cache), 0);
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &cache), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &cache), 0);
 	r1 = reg(va + 100 * 1024, 8192);
 	assert_int_equal(gdr_region_range(r1, &base, &len), 0);
 	assert_int_equal(base, va + 64 * 1024);

@@ -76,7 +76,7 @@ static struct gdr_cache *make(void)
 				    .validate = GDR_VALIDATE_EVENTS };
 	struct gdr_cache *c = NULL;
 
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	return c;
 }
 
@@ -87,7 +87,7 @@ static int setup(void **state)
 	fake_backend_reset();
 	fake_verbs_install();
 	fake_verbs = (struct fake_verbs_state){ 0 };
-	gdr_events_prober = probe_ok;
+	fake_seams.events_probe = probe_ok;
 	cache = make();
 	return 0;
 }

@@ -29,7 +29,6 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cache/cache.h"
 #include "cuda/cuda_abi.h"
 #include "intercept/events.h"
 #include "fake_cuda.h"
@@ -54,7 +53,7 @@ static struct gdr_cache *make(int mode)
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE, .validate = mode };
 	struct gdr_cache *c = NULL;
 
-	assert_int_equal(gdr_cache_create_ops(&a, &fake_backend_ops, &c), 0);
+	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
 	return c;
 }
 
@@ -63,8 +62,7 @@ static int setup(void **state)
 	(void)state;
 	fake_cuda_reset();
 	fake_backend_reset();
-	gdr_events_prober = gdr_events_probe; /* the real probe, over the patched fake */
-	cache = make(GDR_VALIDATE_EVENTS);
+		cache = make(GDR_VALIDATE_EVENTS);
 	return 0;
 }
 

@@ -57,7 +57,8 @@ TARGETS(X)
 #define ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ", %function\n"
 
 #if defined(__x86_64__)
-/* libcuda 580.159.04's entry (FACTS.md): push rbp; mov rbp,rsp; push r12; sub rsp,8; cmp [rip]. */
+/* libcuda 580.159.04's entry (docs/FACTS.md, "libcuda's entry bytes"): push rbp; mov rbp,rsp;
+ * push r12; sub rsp,8; cmp [rip]. */
 #define LIBCUDA_BODY                                                                               \
 	"push %rbp\nmov %rsp, %rbp\npush %r12\nsub $8, %rsp\ncmpl $0x12345678, patch_test_flag(%rip)\n" \
 	"call patch_test_body\nadd $8, %rsp\npop %r12\npop %rbp\nret\n"
@@ -497,12 +498,12 @@ static int fake_free_hook(unsigned long long p)
 	return o(p);
 }
 
+/* The entries the fake simulates: lib/intercept/entries.h's SIM rows. */
+#define SIM_ROW(name) #name,
+#define NOSIM_ROW(name)
 static const char *const fake_entries[] = {
-	"cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemFreeHost", "cuMemUnmap",
-	"cuIpcCloseMemHandle", "cuCtxDestroy", "cuCtxDestroy_v2", "cuDevicePrimaryCtxReset",
-	"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
-	"cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocHost_v2",
-	"cuMemAllocManaged",
+#define GDR_ENTRY(name, kind, route, fake, ...) fake##_ROW(name)
+#include "intercept/entries.h"
 };
 
 static void test_fake_driver(void **state)

@@ -17,8 +17,9 @@
  * RIP-relative operands, branches, calls and returns are refused by name; a jump at the entry may
  * be another patcher's (or ours, in another copy of the library).
  *
- * libcuda 580.159.04 (FACTS.md): 55 48 89 e5 41 54 48 83 ec 08 81 3d ... moves push rbp;
- * mov rbp,rsp; push r12 (6 bytes); the RIP-relative cmp after them is not reached.
+ * libcuda 580.159.04 (docs/FACTS.md, "libcuda's entry bytes"): 55 48 89 e5 41 54 48 83 ec 08 81 3d
+ * ... moves push rbp; mov rbp,rsp; push r12 (6 bytes); the RIP-relative cmp after them is not
+ * reached.
  */
 #if defined(__x86_64__)
 #include <errno.h>

@@ -99,7 +99,8 @@ static inline int evt_reg(struct evt *e, uint64_t addr, uint64_t len, struct gdr
 /* Prints the counts and the statistics; returns the exit status (0, or 1 on any wrong answer). */
 static inline int evt_report(struct evt *e, const char *what)
 {
-	static const char *const modes[] = { "tag", "events", "auto" };
+	static const char *const modes[] = { [GDR_VALIDATE_AUTO] = "auto", [GDR_VALIDATE_TAG] = "tag",
+					     [GDR_VALIDATE_EVENTS] = "events" };
 	struct gdr_cache_stats s;
 
 	gdr_cache_get_stats(e->cache, &s);

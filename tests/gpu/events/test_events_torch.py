@@ -34,7 +34,7 @@ cuda = ctypes.CDLL("libcuda.so.1")
 class Attr(ctypes.Structure):
     _fields_ = [("field_mask", u64), ("max_bytes", u64), ("max_entries", u64),
                 ("max_pin_bytes", u64), ("backend", ctypes.c_int32), ("validate", ctypes.c_int32),
-                ("log_level", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
+                ("reserved0", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
 STATS = ["hits", "misses", "stale", "evictions", "pins", "unpins", "pinned_bytes",
@@ -55,11 +55,11 @@ lib.gdr_reg.argtypes = [vp, vp, vp, ctypes.c_size_t, ctypes.c_int, ctypes.POINTE
 lib.gdr_dereg.argtypes = [vp]
 lib.gdr_region_buffer_id.argtypes = [vp, ctypes.POINTER(u64)]
 lib.gdr_region_range.argtypes = [vp, ctypes.POINTER(u64), ctypes.POINTER(u64)]
-lib.gdr_cache_get_stats.argtypes = [vp, ctypes.POINTER(Stats)]
+lib.gdr_cache_get_stats_ex.argtypes = [vp, ctypes.POINTER(Stats), ctypes.c_size_t]
 lib.gdr_cache_destroy.argtypes = [vp]
 cuda.cuPointerGetAttribute.argtypes = [vp, ctypes.c_int, u64]
 
-MODES = {"tag": 0, "events": 1, "auto": 2}
+MODES = {"auto": 0, "tag": 1, "events": 2}  # enum gdr_validate
 mode = os.environ.get("GDR_TEST_VALIDATE", "events")
 conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default")
 what = f"torch {torch.__version__} [{conf}]"
@@ -167,8 +167,8 @@ del live
 torch.cuda.synchronize()
 
 s = Stats()
-lib.gdr_cache_get_stats(cache, ctypes.byref(s))
-modes = ["tag", "events", "auto"]
+lib.gdr_cache_get_stats_ex(cache, ctypes.byref(s), ctypes.sizeof(s))
+modes = ["auto", "tag", "events"]  # enum gdr_validate
 print(f"{what}: mode asked {mode}: registrations {n['regs']}, reallocations at the same VA "
       f"{n['same_va']}, registrations held across the free {n['held_across_free']}, stale entries "
       f"caught {s.stale + s.events + s.revoked} (stale {s.stale} + free events {s.events} + "

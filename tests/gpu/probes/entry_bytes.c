@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Probe (GPU machine): the first 16 bytes of every libcuda entry point lib/intercept/hooks.c patches, as
- * loaded, before anything patched them, and whether cuGetProcAddress hands out that same address.
- * Build: cc -O2 -o entry_bytes entry_bytes.c -ldl. Prints one line per function.
+ * Probe (GPU machine): the first 16 bytes of every libcuda entry point lib/intercept/hooks.c patches
+ * (lib/intercept/entries.h, included by its path from here), as loaded, before anything patched
+ * them, and whether cuGetProcAddress hands out that same address. Build, in this directory or
+ * another: cc -O2 -o entry_bytes entry_bytes.c -ldl (the source tree's lib/ must be beside tests/).
+ * Prints one line per function.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -12,13 +14,11 @@ typedef int (*gpa_t)(const char *, void **, int, unsigned long long, int *);
 
 int main(void)
 {
+	/* lib/intercept/entries.h's rows, then cuMemRelease (not intercepted). */
 	static const char *const names[] = {
-		"cuMemFree_v2", "cuMemFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemFreeHost",
-		"cuMemUnmap", "cuIpcCloseMemHandle", "cuCtxDestroy", "cuCtxDestroy_v2",
-		"cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
-		"cuDevicePrimaryCtxRelease_v2", "cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAllocAsync",
-		"cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
-		"cuMemAllocManaged", "cuMemAllocHost_v2", "cuMemCreate", "cuMemMap", "cuMemRelease",
+#define GDR_ENTRY(name, ...) #name,
+#include "../../../lib/intercept/entries.h"
+		"cuMemRelease",
 	};
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	gpa_t gpa;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Probe (not a test): what the CUDA driver reports and exports for the memory issue 11 is about,
- * printed as facts for docs/FACTS (exits 77 without a GPU):
+ * printed as facts for docs/FACTS.md ("Pool memory", "Several GPUs", "Memory from another
+ * process"; exits 77 without a GPU):
  *   pool    stream-ordered pool allocations of mixed sizes, churned by 16 threads: their RANGE and
  *           MAPPING attributes, and which dma-buf export succeeds: the exact 64 KiB cover, the cover
  *           of the physical chunks (MAPPING ranges) the allocation spans, or each chunk alone;

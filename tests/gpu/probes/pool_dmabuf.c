@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Probe (not a test): what the driver reports for stream-ordered pool memory (cuMemAllocAsync), and
- * which ranges of it it exports as a dma-buf. Prints facts for shared/FACTS.md; exits 77 without
- * a GPU. Build on the GPU machine: gcc -I$CUDA_HOME/include pool_dmabuf.c -lcuda
+ * which ranges of it it exports as a dma-buf. Prints facts for docs/FACTS.md, "Pool memory";
+ * exits 77 without a GPU. Build on the GPU machine: gcc -I$CUDA_HOME/include pool_dmabuf.c -lcuda
  */
 #include <cuda.h>
 #include <stdio.h>

@@ -6,12 +6,14 @@
 int main(void)
 {
 	struct gdr_cache *c;
+	struct gdr_cache_settings set;
 
 	if (gdr_cache_version() != GDR_VERSION) {
 		printf("header %#x, library %#x\n", GDR_VERSION, gdr_cache_version());
 		return 1;
 	}
-	if (gdr_cache_create(NULL, &c) || gdr_cache_destroy(c))
+	if (gdr_cache_create(NULL, &c) || gdr_cache_get_settings(c, &set, sizeof(set)) ||
+	    gdr_cache_destroy(c))
 		return 2;
 	printf("consumer: libgdrcache %d.%d.%d found and working\n", GDR_VERSION_MAJOR,
 	       GDR_VERSION_MINOR, GDR_VERSION_PATCH);
