@@ -66,8 +66,6 @@
 
 #include "preload.h"
 
-#define GDRP_SYMBOL(versioned) __attribute__((visibility("default"), symver(versioned)))
-
 /*
  * rdma-core's struct ibv_mr_init_attr (ibv_reg_mr_ex, IBVERBS_1.15), which Debian 12's headers
  * (rdma-core 44) lack. Only the fields up to addr are read; each one only when comp_mask says the
@@ -83,12 +81,8 @@ struct gdrp_mr_init_attr {
 #define GDRP_REG_MR_MASK_IOVA (1u << 0)
 #define GDRP_REG_MR_MASK_ADDR (1u << 1)
 
-/* The libibverbs definitions of what we interpose. The 1.0 ones take 1.0-layout objects. */
+/* The libibverbs definitions of what we interpose (the 1.0 ones: compat-1_0.c). */
 static struct {
-	struct ibv_mr *(*reg_mr_1_0)(void *pd, void *addr, size_t len, int access);
-	int (*dereg_mr_1_0)(void *mr);
-	int (*dealloc_pd_1_0)(void *pd);
-	int (*close_device_1_0)(void *ctx);
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
 	struct ibv_mr *(*reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
 				      int access);
@@ -221,6 +215,11 @@ static inline void setup(void)
 	pthread_once(&init_once, init);
 	if (!__atomic_load_n(&configured, __ATOMIC_ACQUIRE) && environ)
 		pthread_once(&config_once, configure);
+}
+
+void gdrp_setup(void)
+{
+	setup();
 }
 
 __attribute__((constructor)) static void preload_ctor(void)
@@ -799,42 +798,6 @@ int gdrp_close_device(struct ibv_context *ctx)
 	return real.close_device ? rc : ENOSYS;
 }
 
-/* ---- IBVERBS_1.0: what programs linked without symbol versions bind to ------------------------- */
-/* libibverbs' 1.0 functions wrap 1.0-layout objects around the current ones and call the 1.1
- * functions through its PLT, which reaches the definitions above: forward without marking. */
-
-GDRP_SYMBOL("ibv_reg_mr@IBVERBS_1.0")
-struct ibv_mr *gdrp_reg_mr_1_0(void *pd, void *addr, size_t len, int access)
-{
-	setup();
-	if (!real.reg_mr_1_0) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	return real.reg_mr_1_0(pd, addr, len, access);
-}
-
-GDRP_SYMBOL("ibv_dereg_mr@IBVERBS_1.0")
-int gdrp_dereg_mr_1_0(void *mr)
-{
-	setup();
-	return real.dereg_mr_1_0 ? real.dereg_mr_1_0(mr) : ENOSYS;
-}
-
-GDRP_SYMBOL("ibv_dealloc_pd@IBVERBS_1.0")
-int gdrp_dealloc_pd_1_0(void *pd)
-{
-	setup();
-	return real.dealloc_pd_1_0 ? real.dealloc_pd_1_0(pd) : ENOSYS;
-}
-
-GDRP_SYMBOL("ibv_close_device@IBVERBS_1.0")
-int gdrp_close_device_1_0(void *ctx)
-{
-	setup();
-	return real.close_device_1_0 ? real.close_device_1_0(ctx) : ENOSYS;
-}
-
 /* ---- Binding: libibverbs' definitions, and which interposer stands for each ------------------ */
 
 static const struct gdrp_entry {
@@ -842,11 +805,13 @@ static const struct gdrp_entry {
 	void **real; /* libibverbs' definition (real.*), NULL where this libibverbs lacks it */
 	void *own;   /* the interposer exported under the same name and version */
 } entries[] = {
+#define E0(name, field, own) { name, "IBVERBS_1.0", (void **)&gdrp_real_1_0.field, (void *)own }
+	E0("ibv_reg_mr", reg_mr, gdrp_reg_mr_1_0),
+	E0("ibv_dereg_mr", dereg_mr, gdrp_dereg_mr_1_0),
+	E0("ibv_dealloc_pd", dealloc_pd, gdrp_dealloc_pd_1_0),
+	E0("ibv_close_device", close_device, gdrp_close_device_1_0),
+#undef E0
 #define E(name, version, field, own) { name, version, (void **)&real.field, (void *)own }
-	E("ibv_reg_mr", "IBVERBS_1.0", reg_mr_1_0, gdrp_reg_mr_1_0),
-	E("ibv_dereg_mr", "IBVERBS_1.0", dereg_mr_1_0, gdrp_dereg_mr_1_0),
-	E("ibv_dealloc_pd", "IBVERBS_1.0", dealloc_pd_1_0, gdrp_dealloc_pd_1_0),
-	E("ibv_close_device", "IBVERBS_1.0", close_device_1_0, gdrp_close_device_1_0),
 	E("ibv_reg_mr", "IBVERBS_1.1", reg_mr, gdrp_reg_mr),
 	E("ibv_reg_mr_iova", "IBVERBS_1.7", reg_mr_iova, gdrp_reg_mr_iova),
 	E("ibv_reg_mr_iova2", "IBVERBS_1.8", reg_mr_iova2, gdrp_reg_mr_iova2),

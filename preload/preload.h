@@ -71,6 +71,24 @@ bool gdrp_is_gpu(const void *addr);
  * of that definition; for the preload's definition of one this libibverbs lacks, what the lookup
  * finds without the preload; anything else as it is. */
 void *gdrp_verbs_lookup(void *found, const char *name, const char *version);
+/* The preload's one-time set-up (its constructor's): every interposer calls it first. */
+void gdrp_setup(void);
+/* An interposer exported under a versioned name. */
+#define GDRP_SYMBOL(versioned) __attribute__((visibility("default"), symver(versioned)))
+
+/* compat-1_0.c: the IBVERBS_1.0 interposers and libibverbs' 1.0 definitions (1.0-layout
+ * objects), resolved by interpose.c's binding table. */
+struct gdrp_real_1_0 {
+	struct ibv_mr *(*reg_mr)(void *pd, void *addr, size_t len, int access);
+	int (*dereg_mr)(void *mr);
+	int (*dealloc_pd)(void *pd);
+	int (*close_device)(void *ctx);
+};
+extern struct gdrp_real_1_0 gdrp_real_1_0;
+struct ibv_mr *gdrp_reg_mr_1_0(void *pd, void *addr, size_t len, int access);
+int gdrp_dereg_mr_1_0(void *mr);
+int gdrp_dealloc_pd_1_0(void *pd);
+int gdrp_close_device_1_0(void *ctx);
 
 /* dlsym.c: libc's dlsym / dlvsym (or the next interposer's), bypassing the preload's. Called from
  * this library, RTLD_NEXT means "after the preload". */
