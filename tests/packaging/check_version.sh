@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # One version everywhere: VERSION (the source), the version CMake built (gdrcache/version.h,
-# gdrcache.pc) and debian/changelog's newest entry (upstream part). kmod/dkms.conf and the
+# gdrcache.pc), debian/changelog's newest entry (upstream part) and the newest stanza of the map. kmod/dkms.conf and the
 # module's MODULE_VERSION: tests/nvidia/check-version.sh.
 # Usage: check_version.sh BUILD SOURCE. Exit 0 pass, 1 fail.
 set -u
@@ -17,5 +17,9 @@ pc=$(sed -n 's/^Version: *//p' "$build/gdrcache.pc")
 # debian/changelog: "gdrcache (0.1.0-1) unstable; urgency=medium", upstream part before the last -.
 d=$(sed -n '1s/^[^ ]* (\([^)]*\)).*/\1/p' "$src/debian/changelog")
 [ "${d%-*}" = "$v" ] || { echo "FAIL: debian/changelog says ${d%-*} ($d), VERSION $v"; fail=1; }
-[ $fail = 0 ] && echo "ok: $v in VERSION, version.h, gdrcache.pc and debian/changelog"
+# The newest symbol version of lib/libgdrcache.map is the release's major.minor: an API added
+# without a version bump (or a bump without its stanza) fails here.
+m=$(sed -n 's/^GDRCACHE_\([0-9]*\.[0-9]*\) {.*/\1/p' "$src/lib/libgdrcache.map" | sort -t. -k1,1n -k2,2n | tail -1)
+[ "$m" = "${v%.*}" ] || { echo "FAIL: the newest stanza of libgdrcache.map is GDRCACHE_$m, VERSION $v"; fail=1; }
+[ $fail = 0 ] && echo "ok: $v in VERSION, version.h, gdrcache.pc, debian/changelog and the map's GDRCACHE_$m"
 exit $fail
