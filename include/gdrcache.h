@@ -80,21 +80,26 @@ struct gdr_cache;
 struct gdr_region;
 
 enum gdr_backend {
-	GDR_BACKEND_AUTO = 0,  /* kmod if /dev/gdrcache opens, else dmabuf if the GPU exports dma-bufs,
-				  else peermem */
-	GDR_BACKEND_KMOD = 1,  /* gdrcache.ko: nvidia_p2p_get_pages; page list; kernel revocation events */
-	GDR_BACKEND_DMABUF = 2,/* cuMemGetHandleForAddressRange(DMA_BUF_FD) + ibv_reg_dmabuf_mr */
-	GDR_BACKEND_PEERMEM = 3,/* ibv_reg_mr on the GPU VA (nvidia-peermem); needs a PD */
+	/* kmod if /dev/gdrcache opens, else dmabuf if the GPU exports dma-bufs, else peermem */
+	GDR_BACKEND_AUTO = 0,
+	/* gdrcache.ko: nvidia_p2p_get_pages; page list; kernel revocation events */
+	GDR_BACKEND_KMOD = 1,
+	/* cuMemGetHandleForAddressRange(DMA_BUF_FD) + ibv_reg_dmabuf_mr */
+	GDR_BACKEND_DMABUF = 2,
+	/* ibv_reg_mr on the GPU VA (nvidia-peermem); needs a PD */
+	GDR_BACKEND_PEERMEM = 3,
 };
 
 /* (0.1 numbered these TAG 0, EVENTS 1, AUTO 2; its binaries keep that: compat-0_1.c.) */
 enum gdr_validate {
-	GDR_VALIDATE_AUTO = 0, /* events where proven at start-up, else tag (logged once, in stats) */
-	GDR_VALIDATE_TAG = 1,  /* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
-	GDR_VALIDATE_EVENTS = 2,/* no driver call on a hit: the library learns of every free from the
-				   driver's free entry points (intercepted) and from gdrcache.ko's
-				   revocation page; gdr_cache_create fails with -EOPNOTSUPP when the
-				   interception is not proven to work in this process */
+	/* events where proven at start-up, else tag (logged once, in stats) */
+	GDR_VALIDATE_AUTO = 0,
+	/* CU_POINTER_ATTRIBUTE_BUFFER_ID compared on every hit */
+	GDR_VALIDATE_TAG = 1,
+	/* no driver call on a hit: the library learns of every free from the driver's free entry
+	 * points (intercepted) and from gdrcache.ko's revocation page; gdr_cache_create fails with
+	 * -EOPNOTSUPP when the interception is not proven to work in this process */
+	GDR_VALIDATE_EVENTS = 2,
 };
 
 enum gdr_log_level {
@@ -123,24 +128,24 @@ enum gdr_cache_attr_field {
 };
 
 struct gdr_cache_attr {
-	uint64_t field_mask;   /* GDR_CACHE_ATTR_*; unknown bits: -EINVAL */
-	uint64_t max_bytes;    /* pinned bytes above which unreferenced entries are evicted (> 0) */
-	uint64_t max_entries;  /* entries above which unreferenced entries are evicted (> 0) */
-	uint64_t max_pin_bytes;/* allocations up to this size are pinned whole */
-	int32_t backend;       /* enum gdr_backend */
-	int32_t validate;      /* enum gdr_validate */
-	uint32_t reserved0;    /* must be 0 (0.1's log_level: now gdr_set_log_level) */
-	uint32_t reserved;     /* must be 0 */
+	uint64_t field_mask;  /* GDR_CACHE_ATTR_*; unknown bits: -EINVAL */
+	uint64_t max_bytes;   /* pinned bytes above which unreferenced entries are evicted (> 0) */
+	uint64_t max_entries; /* entries above which unreferenced entries are evicted (> 0) */
+	uint64_t max_pin_bytes; /* allocations up to this size are pinned whole */
+	int32_t backend;        /* enum gdr_backend */
+	int32_t validate;       /* enum gdr_validate */
+	uint32_t reserved0;     /* must be 0 (0.1's log_level: now gdr_set_log_level) */
+	uint32_t reserved;      /* must be 0 */
 };
 
 /* What a registration's memory is. */
 enum gdr_mem_kind {
-	GDR_MEM_HOST = 0,      /* not GPU memory: registered straight through ibv_reg_mr, never cached */
-	GDR_MEM_DEVICE = 1,    /* cuMemAlloc / cudaMalloc (and pool memory where the driver predates
-				  CU_POINTER_ATTRIBUTE_MAPPING_*), legacy CUDA IPC imports */
-	GDR_MEM_VMM = 2,       /* device memory mapped with cuMemMap (SYNC_MEMOPS set context-wide) */
-	GDR_MEM_POOL = 3,      /* stream-ordered pool memory (cuMemAllocAsync, cudaMallocAsync): the
-				  dmabuf backend pins the pool's physical chunks that hold it */
+	GDR_MEM_HOST = 0, /* not GPU memory: registered straight through ibv_reg_mr, never cached */
+	GDR_MEM_DEVICE = 1, /* cuMemAlloc / cudaMalloc (and pool memory where the driver predates
+			       CU_POINTER_ATTRIBUTE_MAPPING_*), legacy CUDA IPC imports */
+	GDR_MEM_VMM = 2,    /* device memory mapped with cuMemMap (SYNC_MEMOPS set context-wide) */
+	GDR_MEM_POOL = 3,   /* stream-ordered pool memory (cuMemAllocAsync, cudaMallocAsync): the
+			       dmabuf backend pins the pool's physical chunks that hold it */
 };
 
 /*
@@ -220,11 +225,14 @@ int gdr_cache_flush(struct gdr_cache *cache);
 int gdr_cache_release_pd(struct gdr_cache *cache, struct ibv_pd *pd);
 
 /* Accessors of a held registration. Each returns 0 or -EINVAL (NULL argument). */
-int gdr_region_mr(const struct gdr_region *region, struct ibv_mr **mr);          /* NULL without pd */
-int gdr_region_keys(const struct gdr_region *region, uint32_t *lkey, uint32_t *rkey);/* -ENOENT w/o pd */
-int gdr_region_range(const struct gdr_region *region, uint64_t *base, uint64_t *len);/* pinned range */
-int gdr_region_buffer_id(const struct gdr_region *region, uint64_t *buffer_id); /* of the allocation
-								    holding the requested address; 0 for host memory */
+/* The MR (NULL without a pd). */
+int gdr_region_mr(const struct gdr_region *region, struct ibv_mr **mr);
+/* Its keys; -ENOENT without a pd. */
+int gdr_region_keys(const struct gdr_region *region, uint32_t *lkey, uint32_t *rkey);
+/* The pinned range. */
+int gdr_region_range(const struct gdr_region *region, uint64_t *base, uint64_t *len);
+/* The BUFFER_ID of the allocation holding the requested address; 0 for host memory. */
+int gdr_region_buffer_id(const struct gdr_region *region, uint64_t *buffer_id);
 int gdr_region_mem_kind(const struct gdr_region *region, enum gdr_mem_kind *kind);
 /* kmod backend: the module's handle, GPU page size and count. -ENOENT for other backends. */
 int gdr_region_kmod(const struct gdr_region *region, uint64_t *handle, uint32_t *page_size,
@@ -237,13 +245,13 @@ int gdr_region_dmabuf(const struct gdr_region *region, int *fd, uint64_t *offset
 
 /* Counters of a cache. It may grow at its end: gdr_cache_get_stats_ex. */
 struct gdr_cache_stats {
-	uint64_t hits;            /* gdr_reg served from a valid cached entry */
-	uint64_t misses;          /* gdr_reg that had to pin */
-	uint64_t stale;           /* entries found invalid (freed or reallocated buffer) and dropped */
-	uint64_t evictions;       /* entries unpinned to respect limits or to make room after a failure */
-	uint64_t pins;            /* backend pins made */
-	uint64_t unpins;          /* backend pins released */
-	uint64_t pinned_bytes;    /* pinned now */
+	uint64_t hits;      /* gdr_reg served from a valid cached entry */
+	uint64_t misses;    /* gdr_reg that had to pin */
+	uint64_t stale;     /* entries found invalid (freed or reallocated buffer) and dropped */
+	uint64_t evictions; /* entries unpinned to respect limits or to make room after a failure */
+	uint64_t pins;      /* backend pins made */
+	uint64_t unpins;    /* backend pins released */
+	uint64_t pinned_bytes; /* pinned now */
 	uint64_t pinned_bytes_peak;
 	uint64_t entries;         /* cached entries now */
 	uint64_t passthrough;     /* host-memory registrations passed to ibv_reg_mr */
@@ -252,22 +260,23 @@ struct gdr_cache_stats {
 	uint64_t sync_memops_set; /* allocations given SYNC_MEMOPS */
 	uint64_t sync_memops_ctx; /* times the context-wide CU_CTX_SYNC_MEMOPS was set instead */
 	uint64_t sync_memops_unavailable; /* allocations for which neither could be set */
-	uint64_t fail_pin;        /* pins that failed for good */
-	uint64_t fail_pin_retried;/* pins that failed for lack of resources, evicted and retried */
-	uint64_t fail_mr;         /* NIC registrations that failed */
-	uint64_t fail_cuda;       /* CUDA queries that failed unexpectedly */
-	uint64_t fail_input;      /* calls refused for bad input */
-	uint64_t refused_managed; /* managed memory refused */
-	uint64_t overlap_merged;  /* entries merged into a larger pin because a request spanned them */
-	uint64_t detached;        /* entries replaced (stale or merged) while still held: pinned until
-				     their last gdr_dereg, never handed out again; now */
-	uint64_t validate_mode;   /* enum gdr_validate in effect (AUTO resolved) */
-	uint64_t events;          /* free events applied (intercepted driver frees) */
-	uint64_t events_lost;     /* times events were lost (queue overrun): every entry was dropped */
-	uint64_t fast_hits;       /* hits served without the cache lock (the last field of 0.1) */
+	uint64_t fail_pin;                /* pins that failed for good */
+	uint64_t fail_pin_retried; /* pins that failed for lack of resources, evicted and retried */
+	uint64_t fail_mr;          /* NIC registrations that failed */
+	uint64_t fail_cuda;        /* CUDA queries that failed unexpectedly */
+	uint64_t fail_input;       /* calls refused for bad input */
+	uint64_t refused_managed;  /* managed memory refused */
+	uint64_t
+		overlap_merged; /* entries merged into a larger pin because a request spanned them */
+	uint64_t detached;      /* entries replaced (stale or merged) while still held: pinned until
+				   their last gdr_dereg, never handed out again; now */
+	uint64_t validate_mode; /* enum gdr_validate in effect (AUTO resolved) */
+	uint64_t events;        /* free events applied (intercepted driver frees) */
+	uint64_t events_lost; /* times events were lost (queue overrun): every entry was dropped */
+	uint64_t fast_hits;   /* hits served without the cache lock (the last field of 0.1) */
 	/* 0.2 (gdr_cache_get_stats_ex only); fields added later go after these, and only there. */
-	uint64_t exact_mrs;       /* MRs made of exactly one remote-access range (see gdr_reg) */
-	uint64_t exact_replaced;  /* entries replaced for holding 32 such MRs */
+	uint64_t exact_mrs;      /* MRs made of exactly one remote-access range (see gdr_reg) */
+	uint64_t exact_replaced; /* entries replaced for holding 32 such MRs */
 };
 
 /*
@@ -294,45 +303,46 @@ struct gdr_cache_settings {
 	uint64_t max_bytes;
 	uint64_t max_entries;
 	uint64_t max_pin_bytes;
-	int32_t backend;          /* enum gdr_backend in use (as gdr_cache_backend) */
-	int32_t validate;         /* enum gdr_validate in effect (never AUTO) */
-	int32_t max_bytes_from;   /* enum gdr_setting_source, of each */
+	int32_t backend;        /* enum gdr_backend in use (as gdr_cache_backend) */
+	int32_t validate;       /* enum gdr_validate in effect (never AUTO) */
+	int32_t max_bytes_from; /* enum gdr_setting_source, of each */
 	int32_t max_entries_from;
 	int32_t max_pin_bytes_from;
-	int32_t backend_from;     /* where what was asked came from (DEFAULT: auto) */
+	int32_t backend_from; /* where what was asked came from (DEFAULT: auto) */
 	int32_t validate_from;
-	uint32_t reserved;        /* 0 */
-	char limits_why[192];     /* how the limits not set were chosen, NUL-terminated: "fixed
-				     defaults", or "from the devices (N GPUs: BAR1 ..., memory ...)" */
+	uint32_t reserved;    /* 0 */
+	char limits_why[192]; /* how the limits not set were chosen, NUL-terminated: "fixed
+				 defaults", or "from the devices (N GPUs: BAR1 ..., memory ...)" */
 };
 
 /*
  * Copy the cache's resolved settings: min(size, sizeof(struct gdr_cache_settings)) bytes, and zeros
  * past that up to size. Returns 0, or -EINVAL (NULL cache or s, size smaller than 0.2's struct).
  */
-int gdr_cache_get_settings(const struct gdr_cache *cache, struct gdr_cache_settings *s, size_t size);
+int gdr_cache_get_settings(const struct gdr_cache *cache, struct gdr_cache_settings *s,
+			   size_t size);
 
 /* The interception of the CUDA driver's free and allocation entry points, process-wide (what mode
  * events rests on). Entry points, in the order of gdr_intercept_stats.frees[]: */
 enum gdr_free_route {
-	GDR_FREE_MEM_FREE = 0,      /* cuMemFree_v2, cuMemFree (cudaFree) */
-	GDR_FREE_MEM_FREE_ASYNC,    /* cuMemFreeAsync, cuMemFreeAsync_ptsz (cudaFreeAsync) */
-	GDR_FREE_MEM_FREE_HOST,     /* cuMemFreeHost */
-	GDR_FREE_MEM_UNMAP,         /* cuMemUnmap (VMM, PyTorch expandable segments) */
-	GDR_FREE_IPC_CLOSE,         /* cuIpcCloseMemHandle */
-	GDR_FREE_CTX,               /* cuCtxDestroy, cuDevicePrimaryCtxReset / Release: everything */
+	GDR_FREE_MEM_FREE = 0,   /* cuMemFree_v2, cuMemFree (cudaFree) */
+	GDR_FREE_MEM_FREE_ASYNC, /* cuMemFreeAsync, cuMemFreeAsync_ptsz (cudaFreeAsync) */
+	GDR_FREE_MEM_FREE_HOST,  /* cuMemFreeHost */
+	GDR_FREE_MEM_UNMAP,      /* cuMemUnmap (VMM, PyTorch expandable segments) */
+	GDR_FREE_IPC_CLOSE,      /* cuIpcCloseMemHandle */
+	GDR_FREE_CTX,            /* cuCtxDestroy, cuDevicePrimaryCtxReset / Release: everything */
 	GDR_FREE_ROUTES
 };
 struct gdr_intercept_stats {
-	int32_t state;            /* 0: every route proven (mode events possible); else -errno */
-	char reason[116];         /* why, NUL-terminated */
+	int32_t state;    /* 0: every route proven (mode events possible); else -errno */
+	char reason[116]; /* why, NUL-terminated */
 	uint64_t frees[GDR_FREE_ROUTES]; /* frees seen per entry point */
-	uint64_t released;        /* unreferenced pins released inside a free, before it returned */
-	uint64_t deferred;        /* frees whose release was left to the lock's holder (busy cache) */
-	uint64_t reg_waits;       /* registrations that waited for a free of their buffer in flight */
-	uint64_t oom_relief;      /* failed allocations (out of memory) after which pins were released */
-	uint64_t oom_retry_ok;    /* of those, retries that then succeeded */
-	uint64_t free_ns;         /* time spent in the interception of frees, in total (ns) */
+	uint64_t released;   /* unreferenced pins released inside a free, before it returned */
+	uint64_t deferred;   /* frees whose release was left to the lock's holder (busy cache) */
+	uint64_t reg_waits;  /* registrations that waited for a free of their buffer in flight */
+	uint64_t oom_relief; /* failed allocations (out of memory) after which pins were released */
+	uint64_t oom_retry_ok; /* of those, retries that then succeeded */
+	uint64_t free_ns;      /* time spent in the interception of frees, in total (ns) */
 };
 /* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
  * may grow at its end: fields past size are not written). Loads libcuda and installs the

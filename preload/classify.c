@@ -56,7 +56,8 @@ static get_attr_fn driver(void)
 	}
 	*(void **)&f = dlsym(h, "cuPointerGetAttribute");
 	if (!f) {
-		gdrp_info("the loaded CUDA driver has no cuPointerGetAttribute: GPU buffers pass through");
+		gdrp_info(
+			"the loaded CUDA driver has no cuPointerGetAttribute: GPU buffers pass through");
 		dlclose(h);
 		return NULL;
 	}

@@ -76,10 +76,18 @@ static GDRP_NO_SANITIZE void *elf_lookup(const struct link_map *l, const char *n
 		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
 
 		switch (d->d_tag) {
-		case DT_SYMTAB: symtab = (const void *)p; break;
-		case DT_STRTAB: strtab = (const void *)p; break;
-		case DT_GNU_HASH: gnu = (const void *)p; break;
-		case DT_VERSYM: versym = (const void *)p; break;
+		case DT_SYMTAB:
+			symtab = (const void *)p;
+			break;
+		case DT_STRTAB:
+			strtab = (const void *)p;
+			break;
+		case DT_GNU_HASH:
+			gnu = (const void *)p;
+			break;
+		case DT_VERSYM:
+			versym = (const void *)p;
+			break;
 		}
 	}
 	if (!symtab || !strtab || !gnu)

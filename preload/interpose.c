@@ -96,17 +96,18 @@ static struct {
 	int (*dealloc_pd)(struct ibv_pd *pd);
 	int (*close_device)(struct ibv_context *ctx);
 	struct ibv_mr *(*reg_mr_ex)(struct ibv_pd *pd, struct gdrp_mr_init_attr *attr);
-	struct ibv_mr *(*reg_buf_mr)(struct ibv_pd *pd, void *buf, void *addr, size_t len, int access);
+	struct ibv_mr *(*reg_buf_mr)(struct ibv_pd *pd, void *buf, void *addr, size_t len,
+				     int access);
 } real;
 
 /* Nonzero while this thread is inside libgdrcache or a real libibverbs call made for the
  * program: libibverbs entry points reached from there pass straight through. */
 static __thread unsigned in_lib __attribute__((tls_model("initial-exec")));
 
-static bool disabled = true; /* GDRCACHE_DISABLE=1; and until the environment is read */
-static bool configured;      /* the environment was read (configure) */
+static bool disabled = true;        /* GDRCACHE_DISABLE=1; and until the environment is read */
+static bool configured;             /* the environment was read (configure) */
 struct gdr_private_config gdrp_cfg; /* the library's parse of GDRCACHE_* (configure) */
-static bool forked;      /* this process is a child of fork(): pass-through */
+static bool forked;                 /* this process is a child of fork(): pass-through */
 static struct gdr_cache *cache;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -116,28 +117,29 @@ int gdrp_log_level = GDR_LOG_WARN;
 /* Counters printed with GDRCACHE_STATS=1: one set a thread (a hit writes no line another thread
  * writes), summed when read. */
 struct counters {
-	uint64_t cached;      /* registrations served through the cache (shadow MRs handed out) */
-	uint64_t host;        /* passed through: not device memory */
-	uint64_t iova;        /* passed through: iova != addr */
-	uint64_t odp;         /* passed through: IBV_ACCESS_ON_DEMAND */
-	uint64_t fallback;    /* passed through: the cache refused or failed */
-	uint64_t dmabuf;      /* ibv_reg_dmabuf_mr, passed through */
-	uint64_t other;       /* passed through: ibv_reg_mr_ex of an fd, a DMA handle or a provider
-				 buffer, ibv_reg_buf_mr */
-	uint64_t released;    /* shadow MRs released */
-	uint64_t rereg;       /* shadow MRs re-registered */
+	uint64_t cached;   /* registrations served through the cache (shadow MRs handed out) */
+	uint64_t host;     /* passed through: not device memory */
+	uint64_t iova;     /* passed through: iova != addr */
+	uint64_t odp;      /* passed through: IBV_ACCESS_ON_DEMAND */
+	uint64_t fallback; /* passed through: the cache refused or failed */
+	uint64_t dmabuf;   /* ibv_reg_dmabuf_mr, passed through */
+	uint64_t other;    /* passed through: ibv_reg_mr_ex of an fd, a DMA handle or a provider
+			      buffer, ibv_reg_buf_mr */
+	uint64_t released; /* shadow MRs released */
+	uint64_t rereg;    /* shadow MRs re-registered */
 	uint64_t rereg_refused; /* ibv_rereg_mr of a shadow refused as the provider refused it */
-	uint64_t orphaned;    /* shadow MRs whose device was closed under them */
-	uint64_t pd_released; /* gdr_cache_release_pd calls before ibv_dealloc_pd/ibv_close_device */
-	uint64_t after_fork;  /* inherited shadow MRs forgotten in a child */
+	uint64_t orphaned;      /* shadow MRs whose device was closed under them */
+	uint64_t
+		pd_released; /* gdr_cache_release_pd calls before ibv_dealloc_pd/ibv_close_device */
+	uint64_t after_fork; /* inherited shadow MRs forgotten in a child */
 };
 struct thread_counters {
 	struct counters c;
 	struct thread_counters *next;
 } __attribute__((aligned(64)));
 
-static struct thread_counters *all_counters;   /* pushed once a thread, never freed */
-static struct counters shared_counters;        /* a thread whose set could not be allocated */
+static struct thread_counters *all_counters; /* pushed once a thread, never freed */
+static struct counters shared_counters;      /* a thread whose set could not be allocated */
 static __thread struct thread_counters *my_counters __attribute__((tls_model("initial-exec")));
 
 static struct counters *counters(void)
@@ -159,7 +161,8 @@ static struct counters *counters(void)
 
 static uint64_t counters_sum(size_t off)
 {
-	uint64_t n = __atomic_load_n((uint64_t *)((char *)&shared_counters + off), __ATOMIC_RELAXED);
+	uint64_t n =
+		__atomic_load_n((uint64_t *)((char *)&shared_counters + off), __ATOMIC_RELAXED);
 
 	for (struct thread_counters *t = __atomic_load_n(&all_counters, __ATOMIC_ACQUIRE); t;
 	     t = t->next)
@@ -231,7 +234,8 @@ __attribute__((constructor)) static void preload_ctor(void)
 static void print_stats(const char *why)
 {
 	const char *mode = __atomic_load_n(&disabled, __ATOMIC_RELAXED) ? "disabled"
-			   : __atomic_load_n(&forked, __ATOMIC_RELAXED) ? "child of fork" : "on";
+			   : __atomic_load_n(&forked, __ATOMIC_RELAXED) ? "child of fork"
+									: "on";
 	const struct gdr_stat v[] = {
 		{ "mode", mode, 0 },
 		{ "cached", NULL, LOAD(cached) },
@@ -256,7 +260,8 @@ static void print_stats(const char *why)
 		snprintf(head, sizeof(head), " (%s%s", why, strcmp(mode, "on") ? ", " : ")");
 	if (strcmp(mode, "on"))
 		snprintf(head + strlen(head), sizeof(head) - strlen(head), "%s)", mode);
-	gdr_private_stats_emit("preload", why, "gdrcache-preload", head, v, sizeof(v) / sizeof(v[0]));
+	gdr_private_stats_emit("preload", why, "gdrcache-preload", head, v,
+			       sizeof(v) / sizeof(v[0]));
 }
 
 __attribute__((destructor)) static void preload_dtor(void)
@@ -339,7 +344,8 @@ static int cache_try(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
 			return rc;
 	}
 	in_lib++;
-	rc = gdr_reg(c, pd, addr, len, (int)access | (cached_only ? GDR_REG_CACHED_ONLY : 0), region);
+	rc = gdr_reg(c, pd, addr, len, (int)access | (cached_only ? GDR_REG_CACHED_ONLY : 0),
+		     region);
 	if (!rc) {
 		*cmr = NULL;
 		gdr_region_mem_kind(*region, &kind);
@@ -688,7 +694,8 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 		rc = real_dereg(old.real);
 		if (rc)
 			gdrp_info("ibv_rereg_mr: releasing the previous MR failed (%s): it stays "
-				  "registered", err_name(rc));
+				  "registered",
+				  err_name(rc));
 	}
 	return 0;
 }
@@ -740,8 +747,9 @@ int gdrp_dealloc_pd(struct ibv_pd *pd)
 	if (cache_in_use() && pd && gdrp_pd_known(pd)) {
 		rc = release_pd(pd);
 		if (rc == -EBUSY)
-			gdrp_info("pd %p: the program still holds MRs on it: ibv_dealloc_pd says EBUSY",
-				  (void *)pd);
+			gdrp_info(
+				"pd %p: the program still holds MRs on it: ibv_dealloc_pd says EBUSY",
+				(void *)pd);
 		else if (rc)
 			gdrp_err("gdr_cache_release_pd(%p): %s", (void *)pd, err_name(rc));
 	}
@@ -775,7 +783,8 @@ static void release_context(struct ibv_context *ctx)
 			} while (k > GDRP_BATCH);
 			/* As without the cache: the kernel releases them with the device. */
 			gdrp_info("ibv_close_device(%p): the program still held MRs of pd %p; "
-				  "they are released with the device", (void *)ctx, (void *)pds[i]);
+				  "they are released with the device",
+				  (void *)ctx, (void *)pds[i]);
 			if (release_pd(pds[i]))
 				gdrp_info("pd %p: the cache still holds MRs as the device closes",
 					  (void *)pds[i]);
@@ -805,13 +814,19 @@ static const struct gdrp_entry {
 	void **real; /* libibverbs' definition (real.*), NULL where this libibverbs lacks it */
 	void *own;   /* the interposer exported under the same name and version */
 } entries[] = {
-#define E0(name, field, own) { name, "IBVERBS_1.0", (void **)&gdrp_real_1_0.field, (void *)own }
+#define E0(name, field, own)                                                                       \
+	{                                                                                          \
+		name, "IBVERBS_1.0", (void **)&gdrp_real_1_0.field, (void *)own                    \
+	}
 	E0("ibv_reg_mr", reg_mr, gdrp_reg_mr_1_0),
 	E0("ibv_dereg_mr", dereg_mr, gdrp_dereg_mr_1_0),
 	E0("ibv_dealloc_pd", dealloc_pd, gdrp_dealloc_pd_1_0),
 	E0("ibv_close_device", close_device, gdrp_close_device_1_0),
 #undef E0
-#define E(name, version, field, own) { name, version, (void **)&real.field, (void *)own }
+#define E(name, version, field, own)                                                               \
+	{                                                                                          \
+		name, version, (void **)&real.field, (void *)own                                   \
+	}
 	E("ibv_reg_mr", "IBVERBS_1.1", reg_mr, gdrp_reg_mr),
 	E("ibv_reg_mr_iova", "IBVERBS_1.7", reg_mr_iova, gdrp_reg_mr_iova),
 	E("ibv_reg_mr_iova2", "IBVERBS_1.8", reg_mr_iova2, gdrp_reg_mr_iova2),

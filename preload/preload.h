@@ -37,11 +37,11 @@ enum gdrp_kind {
 };
 
 struct gdrp_rec {
-	struct ibv_mr mr;           /* what the program sees; first, so that &rec->mr == rec */
+	struct ibv_mr mr; /* what the program sees; first, so that &rec->mr == rec */
 	enum gdrp_kind kind;
-	struct gdr_region *region;  /* GDRP_CACHED */
-	struct ibv_mr *real;        /* GDRP_WRAPPED */
-	int access;                 /* for ibv_rereg_mr without IBV_REREG_MR_CHANGE_ACCESS */
+	struct gdr_region *region; /* GDRP_CACHED */
+	struct ibv_mr *real;       /* GDRP_WRAPPED */
+	int access;                /* for ibv_rereg_mr without IBV_REREG_MR_CHANGE_ACCESS */
 };
 
 /* mrtab.c: the records handed out and the PDs the cache has MRs for, behind one mutex. */
@@ -50,7 +50,7 @@ void gdrp_rec_free(struct gdrp_rec *r);
 int gdrp_rec_publish(struct gdrp_rec *r);          /* 0 or -ENOMEM */
 struct gdrp_rec *gdrp_rec_take(struct ibv_mr *mr); /* unpublish; NULL: not ours */
 bool gdrp_rec_is_ours(struct ibv_mr *mr);
-int gdrp_pd_note(struct ibv_pd *pd);               /* 0 or -ENOMEM */
+int gdrp_pd_note(struct ibv_pd *pd); /* 0 or -ENOMEM */
 bool gdrp_pd_known(struct ibv_pd *pd);
 void gdrp_pd_forget(struct ibv_pd *pd);
 /* Fills up to max PDs of ctx; returns how many there are. */

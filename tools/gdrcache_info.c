@@ -113,8 +113,13 @@ static void cuda(void)
 		gdr_cuda_device_attr(d, DEVATTR_DMA_BUF_SUPPORTED, &dmabuf);
 		gdr_cuda_device_attr(d, DEVATTR_GPU_DIRECT_RDMA_SUPPORTED, &rdma);
 		snprintf(key, sizeof(key), "device%d", d);
-		fieldf(key, true, "dma_buf %s, gpudirect_rdma %s", dmabuf < 0 ? "?" : dmabuf ? "yes" : "no",
-		       rdma < 0 ? "?" : rdma ? "yes" : "no");
+		fieldf(key, true, "dma_buf %s, gpudirect_rdma %s",
+		       dmabuf < 0 ? "?"
+		       : dmabuf   ? "yes"
+				  : "no",
+		       rdma < 0 ? "?"
+		       : rdma   ? "yes"
+				: "no");
 	}
 	end_section();
 }
@@ -215,7 +220,8 @@ static void config_one(const struct gdr_config_var *var, const char *value, bool
 		printf("}");
 	} else {
 		printf("  %-24s %-12s (%sdefault %s%s; %s)\n", var->name, value,
-		       var->test ? "a test switch, " : "", var->dflt, set ? ", set" : "", var->form);
+		       var->test ? "a test switch, " : "", var->dflt, set ? ", set" : "",
+		       var->form);
 		printf("  %-24s %s\n", "", var->desc);
 	}
 }

@@ -74,15 +74,14 @@ int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *pr
 	return -EOPNOTSUPP;
 }
 
-int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
-			 uint32_t max)
+int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max)
 {
 	(void)b, (void)pin, (void)pages, (void)max;
 	return -ENOENT;
 }
 
-int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys, struct gdr_be **out,
-		      const char **why)
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys,
+		      struct gdr_be **out, const char **why)
 {
 	struct gdr_be *b = calloc(1, sizeof(*b));
 

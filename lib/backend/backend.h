@@ -30,9 +30,9 @@ struct gdr_sys {
 /* One pinned range, as a backend made it. */
 struct gdr_be;
 struct gdr_pin {
-	uint64_t base, len;          /* 64 KiB-aligned */
-	int device;                  /* CUDA ordinal of the memory */
-	struct gdr_be *be;           /* the backend that pinned it (its device's) */
+	uint64_t base, len; /* 64 KiB-aligned */
+	int device;         /* CUDA ordinal of the memory */
+	struct gdr_be *be;  /* the backend that pinned it (its device's) */
 	bool has_kmod;
 	uint64_t kmod_handle;
 	uint32_t page_size, page_count;
@@ -76,7 +76,7 @@ struct gdr_backend_ops {
 /* Every backend embeds this first. */
 struct gdr_be {
 	const struct gdr_backend_ops *ops;
-	struct gdr_sys sys;          /* what it calls below it (given at open) */
+	struct gdr_sys sys; /* what it calls below it (given at open) */
 };
 
 extern const struct gdr_backend_ops gdr_backend_kmod_ops;
@@ -92,8 +92,8 @@ int gdr_backend_for_device(const struct gdr_config *cfg, const struct gdr_be *pr
 int gdr_backend_no_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
 			 uint32_t max);
 /* For backends with no state of their own: a bare struct gdr_be, and its release. */
-int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys, struct gdr_be **out,
-		      const char **why);
+int gdr_backend_alloc(const struct gdr_backend_ops *ops, const struct gdr_sys *sys,
+		      struct gdr_be **out, const char **why);
 void gdr_backend_free(struct gdr_be *b);
 
 #endif /* GDR_BACKEND_H */

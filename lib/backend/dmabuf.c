@@ -19,7 +19,8 @@ static bool exports_dmabufs(int device)
 {
 	int supported = 0;
 
-	return !gdr_cuda_device_attr(device, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &supported) &&
+	return !gdr_cuda_device_attr(device, GDR_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+				     &supported) &&
 	       supported;
 }
 
@@ -79,12 +80,12 @@ static void dmabuf_unpin(struct gdr_be *b, struct gdr_pin *pin)
 	pin->dmabuf_fd = -1;
 }
 
-static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
-			 int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
+static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
+			 uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)b;
-	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, pin->dmabuf_offset + (base - pin->base), len, base,
-				    pin->dmabuf_fd, access, mr);
+	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, pin->dmabuf_offset + (base - pin->base), len,
+				    base, pin->dmabuf_fd, access, mr);
 }
 
 const struct gdr_backend_ops gdr_backend_dmabuf_ops = {

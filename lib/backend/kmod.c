@@ -78,7 +78,8 @@ static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, st
 
 	fd = ks->open(cfg->kmod_dev, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(reason, sizeof(reason), "cannot open %s: %s", cfg->kmod_dev, strerror(-fd));
+		snprintf(reason, sizeof(reason), "cannot open %s: %s", cfg->kmod_dev,
+			 strerror(-fd));
 		*why = reason;
 		return -ENODEV;
 	}
@@ -123,7 +124,7 @@ static void kmod_close(struct gdr_be *b)
 
 	if (k->area)
 		k->base.sys.kmod->munmap((void *)k->area, k->ver.revoke_area_size);
-	k->base.sys.kmod->close(k->fd);  /* the module releases whatever is still pinned */
+	k->base.sys.kmod->close(k->fd); /* the module releases whatever is still pinned */
 	free(k);
 }
 
@@ -151,15 +152,14 @@ static void kmod_unpin(struct gdr_be *b, struct gdr_pin *pin)
 	pin->has_kmod = false;
 }
 
-static int kmod_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd,
-		       int access, uint64_t base, uint64_t len, struct ibv_mr **mr)
+static int kmod_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv_pd *pd, int access,
+		       uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)pin;
 	return gdr_verbs_reg(b->sys.verbs, pd, (void *)(uintptr_t)base, len, base, access, mr);
 }
 
-static int kmod_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages,
-		      uint32_t max)
+static int kmod_pages(struct gdr_be *b, const struct gdr_pin *pin, uint64_t *pages, uint32_t max)
 {
 	struct gdrcache_get_pages g = {
 		.handle = pin->kmod_handle,

@@ -10,8 +10,8 @@
 #include "common/config.h"
 #include "nic/verbs.h"
 
-static int peermem_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
-			const char **why)
+static int peermem_open(const struct gdr_config *cfg, const struct gdr_sys *sys,
+			struct gdr_be **out, const char **why)
 {
 	(void)cfg;
 	if (gdr_backend_alloc(&gdr_backend_peermem_ops, sys, out, why))

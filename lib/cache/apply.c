@@ -137,8 +137,10 @@ void gdr_cache_drain_events(struct gdr_cache *c)
 		}
 		if (rc) {
 			c->st.events_lost++;
-			gdr_warn("more than %u free events since this cache last looked: every entry "
-				 "is dropped", GDR_EVENTS_RING);
+			gdr_warn(
+				"more than %u free events since this cache last looked: every entry "
+				"is dropped",
+				GDR_EVENTS_RING);
 			drop_range(c, 0, UINT64_MAX);
 			n = head = gdr_events_head();
 			break;
@@ -147,13 +149,14 @@ void gdr_cache_drain_events(struct gdr_cache *c)
 		if (ev.kind == GDR_EV_CTX)
 			revalidate_all(c);
 		else if (ev.kind == GDR_EV_ALLOC)
-			drop_reallocated(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
-					 ev.start + ev.len);
+			drop_reallocated(c, ev.start,
+					 ev.start + ev.len < ev.start ? UINT64_MAX
+								      : ev.start + ev.len);
 		else if (ev.len == GDR_EVENT_ALL_LEN)
 			drop_range(c, 0, UINT64_MAX);
 		else if (ev.len)
-			drop_range(c, ev.start, ev.start + ev.len < ev.start ? UINT64_MAX :
-				   ev.start + ev.len);
+			drop_range(c, ev.start,
+				   ev.start + ev.len < ev.start ? UINT64_MAX : ev.start + ev.len);
 		else
 			drop_allocation(c, ev.start);
 		n++;
@@ -191,8 +194,9 @@ static bool classified_overlaps(uint64_t start, uint64_t len, const void *arg)
 
 bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags)
 {
-	return gdr_events_inflight(classified_overlaps, &(struct classified){ .a = a, .len = len,
-					     .tags = tags, .ntags = ntags });
+	return gdr_events_inflight(classified_overlaps,
+				   &(struct classified){
+					   .a = a, .len = len, .tags = tags, .ntags = ntags });
 }
 
 /* ---- for the hooks of the driver's free and allocation functions (caches.h) ---------------------- */

@@ -19,8 +19,8 @@
 #include "cache/thread.h"
 
 struct gdr_entry;
-#define GDR_REGION_LIVE 0x6c697665u  /* "live" */
-#define GDR_REGION_DEAD 0x64656164u  /* "dead" */
+#define GDR_REGION_LIVE 0x6c697665u /* "live" */
+#define GDR_REGION_DEAD 0x64656164u /* "dead" */
 /* State of an entry or a record, read by the lock-free hit path (__atomic). */
 enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 
@@ -32,30 +32,30 @@ enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
  * of a released region reads a record, never freed memory. The first 64 bytes are what a hit and a release read (one
  * cache line: records are 64-byte aligned); the rest is read under the lock. */
 struct gdr_region {
-	uint32_t magic;            /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
-	uint32_t state;            /* GDR_LIVE, or GDR_DYING while being retired */
-	struct gdr_cache *cache;   /* the record's cache, for its whole life */
-	struct gdr_entry *entry;   /* NULL: host memory passed through */
+	uint32_t magic; /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
+	uint32_t state; /* GDR_LIVE, or GDR_DYING while being retired */
+	struct gdr_cache *cache; /* the record's cache, for its whole life */
+	struct gdr_entry *entry; /* NULL: host memory passed through */
 	struct ibv_pd *pd;
-	uint64_t start, size;      /* the allocation it serves, within its entry's range (requests
-				      inside it hit lock-free); for an exact record, exactly the range
-				      registered */
+	uint64_t start, size; /* the allocation it serves, within its entry's range (requests
+				 inside it hit lock-free); for an exact record, exactly the range
+				 registered */
 	int access;
-	uint32_t slot;             /* hold counters; also the record's number in its cache */
-	uint8_t exact;             /* owns an MR of exactly [start, start+size) (remote access) */
+	uint32_t slot; /* hold counters; also the record's number in its cache */
+	uint8_t exact; /* owns an MR of exactly [start, start+size) (remote access) */
 	uint8_t kind;
-	uint8_t estate;            /* its entry's state, mirrored here (cache.c: entry_set_state) so
-				      that a hit reads no line of the entry */
-	uint8_t used;              /* taken lock-free since the evictor last looked at its entry */
+	uint8_t estate; /* its entry's state, mirrored here (cache.c: entry_set_state) so
+			   that a hit reads no line of the entry */
+	uint8_t used;   /* taken lock-free since the evictor last looked at its entry */
 	/* ---- second line ---- */
 	struct gdr_region *next __attribute__((aligned(64))); /* in the entry's list (published with
-								release: lookups walk it) */
-	struct gdr_region *defer;  /* retired: waiting for a grace period, then in the reuse queue */
+								 release: lookups walk it) */
+	struct gdr_region *defer; /* retired: waiting for a grace period, then in the reuse queue */
 	struct ibv_mr *mr;
-	uint64_t buffer_id;        /* of that allocation */
-	int64_t released;          /* holds given back under the lock (by a thread with no hold of
-				      its own on it); read and written under the lock only */
-	uint32_t refs;             /* host records only: 1 while held */
+	uint64_t buffer_id; /* of that allocation */
+	int64_t released;   /* holds given back under the lock (by a thread with no hold of
+			       its own on it); read and written under the lock only */
+	uint32_t refs;      /* host records only: 1 while held */
 };
 
 /* One NIC memory region of an entry, per (pd, access), shared by its region records. */
@@ -68,78 +68,78 @@ struct gdr_mrec {
 
 struct gdr_entry {
 	/* What a hit reads, in the first line (entries are 64-byte aligned). */
-	uint64_t base, len;        /* == pin.base/len */
+	uint64_t base, len; /* == pin.base/len */
 	struct gdr_region *regions;
-	uint32_t state;            /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
-	uint32_t used;             /* taken under the lock since the evictor last looked (CLOCK
-				      second chance; a lock-free hit marks its record's instead) */
-	struct gdr_pin pin;        /* pin.be: read by a hit where the backend may revoke */
+	uint32_t state;     /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
+	uint32_t used;      /* taken under the lock since the evictor last looked (CLOCK
+			       second chance; a lock-free hit marks its record's instead) */
+	struct gdr_pin pin; /* pin.be: read by a hit where the backend may revoke */
 	uint32_t ntags, tags_cap;
-	uint32_t nexact;           /* exact records (remote-access MRs of one range each) */
-	struct gdr_tag *tags;      /* sorted by start, non-overlapping (under the lock only); the
-				      first one in tag0 while there is only one */
+	uint32_t nexact;      /* exact records (remote-access MRs of one range each) */
+	struct gdr_tag *tags; /* sorted by start, non-overlapping (under the lock only); the
+				 first one in tag0 while there is only one */
 	struct gdr_tag tag0;
 	struct gdr_mrec *mrecs;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
-	struct gdr_entry *defer;   /* retired, freed after the next grace period */
+	struct gdr_entry *defer;       /* retired, freed after the next grace period */
 };
 
-struct gdr_sync_set;  /* buffer ids given SYNC_MEMOPS (uthash) */
+struct gdr_sync_set; /* buffer ids given SYNC_MEMOPS (uthash) */
 
 /* A retired record is reused only after this many others were retired after it. */
 #define GDR_REUSE_DELAY 1024
-#define GDR_REC_CHUNK 64u          /* records allocated together */
+#define GDR_REC_CHUNK 64u /* records allocated together */
 struct gdr_cache {
 	/* Read by every hit: written only by writers, rarely. */
-	struct gdr_hix *hix __attribute__((aligned(64)));  /* the index's hash, published with
-							      release (index.c) */
-	uint64_t ev_next;                /* next free event to apply (events mode) */
-	uint64_t gen;                    /* bumped before a record is retired (memo) */
-	bool may_revoke;                 /* a backend in use revokes (its ops table says so) */
-	int over_limit;                  /* limits exceeded (by held entries): __atomic */
-	uint64_t id;                     /* unique in the process (thread.c) */
-	struct gdr_thr *threads;         /* pushed lock-free, freed at destroy */
+	struct gdr_hix *hix __attribute__((aligned(64))); /* the index's hash, published with
+							     release (index.c) */
+	uint64_t ev_next;        /* next free event to apply (events mode) */
+	uint64_t gen;            /* bumped before a record is retired (memo) */
+	bool may_revoke;         /* a backend in use revokes (its ops table says so) */
+	int over_limit;          /* limits exceeded (by held entries): __atomic */
+	uint64_t id;             /* unique in the process (thread.c) */
+	struct gdr_thr *threads; /* pushed lock-free, freed at destroy */
 	const struct gdr_validator_ops *validator;
-	struct gdr_be *backend;          /* the cache's backend; the one for a device that it
-					    serves (gdr_cache_backend reports it) */
+	struct gdr_be *backend; /* the cache's backend; the one for a device that it
+				   serves (gdr_cache_backend reports it) */
 
 	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
-	struct gdr_sys sys;              /* the NIC and gdrcache.ko: real, or a test's (seams.h) */
+	struct gdr_sys sys; /* the NIC and gdrcache.ko: real, or a test's (seams.h) */
 	int (*events_probe)(const char **why); /* proves the interception (seams.h) */
 	bool cuda_ok;
 	struct gdr_index index;
-	struct gdr_entry *lru;           /* utlist DL: head = least recently used */
-	struct gdr_entry *detached;      /* utlist DL: held entries out of the index */
-	struct gdr_entry *deferred;      /* retired entries waiting for a grace period */
-	uint32_t ndeferred;              /* entries and records waiting for a grace period */
-	uint64_t nsyncs;                 /* grace periods run (statistics) */
+	struct gdr_entry *lru;               /* utlist DL: head = least recently used */
+	struct gdr_entry *detached;          /* utlist DL: held entries out of the index */
+	struct gdr_entry *deferred;          /* retired entries waiting for a grace period */
+	uint32_t ndeferred;                  /* entries and records waiting for a grace period */
+	uint64_t nsyncs;                     /* grace periods run (statistics) */
 	struct gdr_region *deferred_regions; /* records retired from live entries, likewise */
-	struct gdr_entry *dying;         /* utlist DL: out of the index, holds not yet final */
-	bool dying_unsynced;             /* one of them was marked dying since the last grace period */
-	struct gdr_entry *taking;        /* being handed out under the lock: not to be evicted */
-	struct gdr_region **rec_chunks;  /* every record, GDR_REC_CHUNK a chunk: record n is slot n */
+	struct gdr_entry *dying;             /* utlist DL: out of the index, holds not yet final */
+	bool dying_unsynced;      /* one of them was marked dying since the last grace period */
+	struct gdr_entry *taking; /* being handed out under the lock: not to be evicted */
+	struct gdr_region *
+		*rec_chunks; /* every record, GDR_REC_CHUNK a chunk: record n is slot n */
 	uint32_t rec_nchunks, slot_next;
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
 	struct gdr_sync_set *synced;
 	uint64_t nsynced;
 	struct gdr_cache_stats st;
-	struct gdr_cache_settings set;   /* resolved at create, then immutable (get_settings) */
-	uint64_t nhost;                  /* host registrations held (passed through, not cached) */
-	uint64_t reg_waits;              /* registrations that waited for a free in flight (atomic) */
-	uint64_t exact_mrs;              /* MRs made for one remote-access range (exact records) */
+	struct gdr_cache_settings set; /* resolved at create, then immutable (get_settings) */
+	uint64_t nhost;                /* host registrations held (passed through, not cached) */
+	uint64_t reg_waits;            /* registrations that waited for a free in flight (atomic) */
+	uint64_t exact_mrs;            /* MRs made for one remote-access range (exact records) */
 	/* The backend of each CUDA device, chosen at its first pin (NULL: not yet); dev_refused:
 	 * no backend serves it. Under the lock. */
 	struct gdr_be *dev_be[GDR_MAX_DEVICES];
 	bool dev_refused[GDR_MAX_DEVICES];
 	struct gdr_be *extra_be[GDR_MAX_DEVICES]; /* opened for a device the first did not serve */
 	uint32_t nextra_be;
-	uint64_t exact_replaced;         /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
-	struct gdr_cache *next_live;     /* the process's live caches, for GDRCACHE_STATS at exit */
-	struct gdr_cache *next_alive;    /* every live cache (thread.c) */
+	uint64_t exact_replaced;      /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
+	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
+	struct gdr_cache *next_alive; /* every live cache (thread.c) */
 };
-
 
 /* ---- between the cache's files ---------------------------------------------------------------- */
 /* The lock. gdr_cache_unlock (record.c) ends every locked operation: it settles what was dropped,
@@ -192,7 +192,8 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 /* The kernel saw the memory freed: stale, proven without asking the CUDA driver. Lock-free. */
 static inline bool gdr_entry_revoked(struct gdr_cache *c, const struct gdr_entry *e)
 {
-	return c->may_revoke && e->pin.be->ops->revokes && e->pin.be->ops->revoked(e->pin.be, &e->pin);
+	return c->may_revoke && e->pin.be->ops->revokes &&
+	       e->pin.be->ops->revoked(e->pin.be, &e->pin);
 }
 
 /* Whether record q serves (pd, access, [a, a+len)): an exact record only an exact request of that
@@ -223,7 +224,6 @@ bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tag
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);
 
-
 /* The header's promise: no public function changes errno. Declared at the start of a public entry
  * point's slow path (never on the lock-free hit path), it restores errno however the scope is left:
  * libc, libibverbs, gdrcache.ko's system calls and the CUDA driver may all set it. */
@@ -231,7 +231,7 @@ static inline void gdr_errno_restore(const int *saved)
 {
 	errno = *saved;
 }
-#define GDR_KEEP_ERRNO() \
+#define GDR_KEEP_ERRNO()                                                                           \
 	int gdr_errno_saved_ __attribute__((cleanup(gdr_errno_restore), unused)) = errno
 
 /* A definition bound to one symbol version of lib/libgdrcache.map (rdma-core's habit): "NAME@@V"
@@ -243,8 +243,8 @@ static inline void gdr_errno_restore(const int *saved)
  * the least gdr_cache_get_stats_ex accepts. The struct grows only past it. */
 #define GDR_STATS_SIZE_0_1 (offsetof(struct gdr_cache_stats, fast_hits) + sizeof(uint64_t))
 /* struct gdr_cache_settings as 0.2 made it: the least gdr_cache_get_settings accepts. */
-#define GDR_SETTINGS_SIZE_0_2 \
-	(offsetof(struct gdr_cache_settings, limits_why) + \
+#define GDR_SETTINGS_SIZE_0_2                                                                      \
+	(offsetof(struct gdr_cache_settings, limits_why) +                                         \
 	 sizeof(((struct gdr_cache_settings *)0)->limits_why))
 
 /* create.c. Whether gdr_cache_create would accept attr (the environment, then attr), logged as it

@@ -16,5 +16,4 @@ GDR_HIDDEN uint64_t gdr_caches_relieve(void);
 /* Registrations that waited for a free in flight, summed over caches. */
 GDR_HIDDEN uint64_t gdr_caches_reg_waits(void);
 
-
 #endif /* GDR_CACHE_CACHES_H */

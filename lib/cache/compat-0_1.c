@@ -30,8 +30,9 @@ struct gdr_cache_attr_0_1 {
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct gdr_cache_attr_0_1) == sizeof(struct gdr_cache_attr) &&
-	       offsetof(struct gdr_cache_attr_0_1, log_level) ==
-	       offsetof(struct gdr_cache_attr, reserved0), "struct gdr_cache_attr's layout is 0.1's");
+		       offsetof(struct gdr_cache_attr_0_1, log_level) ==
+			       offsetof(struct gdr_cache_attr, reserved0),
+	       "struct gdr_cache_attr's layout is 0.1's");
 
 static int validate_from_0_1(int32_t v)
 {
@@ -49,8 +50,9 @@ static int validate_from_0_1(int32_t v)
 
 static uint64_t validate_to_0_1(uint64_t v)
 {
-	return v == GDR_VALIDATE_EVENTS ? V01_VALIDATE_EVENTS :
-		v == GDR_VALIDATE_TAG ? V01_VALIDATE_TAG : V01_VALIDATE_AUTO;
+	return v == GDR_VALIDATE_EVENTS ? V01_VALIDATE_EVENTS
+	       : v == GDR_VALIDATE_TAG  ? V01_VALIDATE_TAG
+					: V01_VALIDATE_AUTO;
 }
 
 GDR_SYMVER("gdr_cache_create@GDRCACHE_0.1")

@@ -47,8 +47,8 @@
 #include "intercept/hooks.h"
 #include "nic/verbs.h"
 
-#define ATTR_FIELDS_ALL                                                                         \
-	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |   \
+#define ATTR_FIELDS_ALL                                                                            \
+	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |    \
 	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE)
 
 static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
@@ -146,8 +146,8 @@ static void settings_sources(struct gdr_cache_settings *set, uint64_t attr_mask)
 	struct env_set es = { 0 };
 
 	gdr_config_each(setting_set_by_env, &es);
-#define FROM(bit, env) ((attr_mask & (bit)) ? GDR_SETTING_ATTR : (env) ? GDR_SETTING_ENV : \
-			GDR_SETTING_DEFAULT)
+#define FROM(bit, env)                                                                             \
+	((attr_mask & (bit)) ? GDR_SETTING_ATTR : (env) ? GDR_SETTING_ENV : GDR_SETTING_DEFAULT)
 	set->max_bytes_from = FROM(GDR_CACHE_ATTR_MAX_BYTES, es.max_bytes);
 	set->max_entries_from = FROM(GDR_CACHE_ATTR_MAX_ENTRIES, es.max_entries);
 	set->max_pin_bytes_from = FROM(GDR_CACHE_ATTR_MAX_PIN_BYTES, es.max_pin_bytes);
@@ -167,8 +167,9 @@ static void derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set
 	const struct gdr_cuda_devices *dev = gdr_cuda_devices();
 	uint64_t pinnable;
 
-	pinnable = dev->bar1 && dev->mem ? (dev->bar1 < dev->mem ? dev->bar1 : dev->mem) :
-		dev->bar1 ? dev->bar1 : dev->mem;
+	pinnable = dev->bar1 && dev->mem ? (dev->bar1 < dev->mem ? dev->bar1 : dev->mem)
+		   : dev->bar1           ? dev->bar1
+					 : dev->mem;
 	if (!pinnable)
 		return;
 	if (set->max_bytes_from == GDR_SETTING_DEFAULT) {
@@ -183,7 +184,8 @@ static void derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set
 			set->max_entries_from = GDR_SETTING_DEVICES;
 		}
 	}
-	if (set->max_pin_bytes_from == GDR_SETTING_DEFAULT && cfg->max_bytes / 8 > cfg->max_pin_bytes) {
+	if (set->max_pin_bytes_from == GDR_SETTING_DEFAULT &&
+	    cfg->max_bytes / 8 > cfg->max_pin_bytes) {
 		cfg->max_pin_bytes = cfg->max_bytes / 8;
 		set->max_pin_bytes_from = GDR_SETTING_DEVICES;
 	}
@@ -202,13 +204,16 @@ static int choose_validation(struct gdr_cache *c)
 			rc = c->events_probe(&why);
 		if (!rc || (!c->cuda_ok && mode == GDR_VALIDATE_EVENTS)) {
 			events = true;
-			gdr_log_once(GDR_LOG_INFO, "validation by free events: hits make no driver call");
+			gdr_log_once(GDR_LOG_INFO,
+				     "validation by free events: hits make no driver call");
 		} else if (mode == GDR_VALIDATE_EVENTS) {
 			gdr_err("validation mode events is unavailable: %s", why);
 			return -EOPNOTSUPP;
 		} else {
-			gdr_log_once(GDR_LOG_WARN, "free events unavailable (%s): hits are validated "
-				     "by BUFFER_ID queries (about 5 M/s for the whole process)", why);
+			gdr_log_once(GDR_LOG_WARN,
+				     "free events unavailable (%s): hits are validated "
+				     "by BUFFER_ID queries (about 5 M/s for the whole process)",
+				     why);
 		}
 	}
 	c->validator = gdr_validator_for(events ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG);
@@ -257,8 +262,8 @@ int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_c
 		free(c);
 		return rc;
 	}
-	rc = ops ? ops->open(&cfg, &c->sys, &c->backend, &why) :
-		gdr_backend_select(&cfg, &c->sys, &c->backend);
+	rc = ops ? ops->open(&cfg, &c->sys, &c->backend, &why)
+		 : gdr_backend_select(&cfg, &c->sys, &c->backend);
 	if (rc) {
 		if (ops)
 			gdr_err("backend %s unavailable: %s", ops->name, why);
@@ -273,10 +278,11 @@ int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_c
 	}
 	lock_init(&c->lock);
 	gdr_thr_cache_init(c);
-	gdr_log_once(GDR_LOG_INFO, "libgdrcache %d.%d.%d: CUDA driver %s, backend %s, validation %s; "
-		     "max_bytes %llu, max_entries %llu, max_pin_bytes %llu (%s)", GDR_VERSION_MAJOR,
-		     GDR_VERSION_MINOR, GDR_VERSION_PATCH, c->cuda_ok ? "loaded" : "absent",
-		     c->backend->ops->name, c->validator->name,
+	gdr_log_once(GDR_LOG_INFO,
+		     "libgdrcache %d.%d.%d: CUDA driver %s, backend %s, validation %s; "
+		     "max_bytes %llu, max_entries %llu, max_pin_bytes %llu (%s)",
+		     GDR_VERSION_MAJOR, GDR_VERSION_MINOR, GDR_VERSION_PATCH,
+		     c->cuda_ok ? "loaded" : "absent", c->backend->ops->name, c->validator->name,
 		     (unsigned long long)c->cfg.max_bytes, (unsigned long long)c->cfg.max_entries,
 		     (unsigned long long)c->cfg.max_pin_bytes, c->set.limits_why);
 	c->set.max_bytes = c->cfg.max_bytes;

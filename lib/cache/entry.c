@@ -51,8 +51,10 @@ int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e)
 /* Whether the cache holds more than its limits; read by gdr_dereg without the lock. */
 static void limits_update(struct gdr_cache *c)
 {
-	__atomic_store_n(&c->over_limit, c->st.pinned_bytes > c->cfg.max_bytes ||
-			 c->st.entries > c->cfg.max_entries, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->over_limit,
+			 c->st.pinned_bytes > c->cfg.max_bytes ||
+				 c->st.entries > c->cfg.max_entries,
+			 __ATOMIC_RELAXED);
 }
 
 /* Unpin an entry nobody holds or can take a hold on, out of the index; its memory is freed after
@@ -181,7 +183,8 @@ static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t 
 		}
 		if (bytes)
 			*bytes += e->len;
-		gdr_entry_drop(c, e); /* dying already, holds final: gdr_settle() needs no grace period */
+		/* Dying already, holds final: gdr_settle() needs no grace period. */
+		gdr_entry_drop(c, e);
 		n++;
 	}
 	gdr_settle(c);
@@ -197,8 +200,8 @@ int gdr_evict(struct gdr_cache *c, uint64_t need)
 {
 	bool over = c->st.pinned_bytes > c->cfg.max_bytes || c->st.entries > c->cfg.max_entries;
 	uint64_t max_bytes = over ? c->cfg.max_bytes - c->cfg.max_bytes / 32 : c->cfg.max_bytes;
-	uint64_t max_entries = over ? c->cfg.max_entries - c->cfg.max_entries / 32 :
-		c->cfg.max_entries;
+	uint64_t max_entries =
+		over ? c->cfg.max_entries - c->cfg.max_entries / 32 : c->cfg.max_entries;
 	uint64_t freed = 0;
 	int n = 0;
 
@@ -279,8 +282,8 @@ int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 		uint32_t i;
 
 		for (i = 0; i < e->ntags; i++)
-			if (e->tags[i].buffer_id == t[k].buffer_id && e->tags[i].start == t[k].start &&
-			    e->tags[i].size == t[k].size)
+			if (e->tags[i].buffer_id == t[k].buffer_id &&
+			    e->tags[i].start == t[k].start && e->tags[i].size == t[k].size)
 				break;
 		if (i < e->ntags)
 			continue;
@@ -289,8 +292,9 @@ int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 			e->tags_cap = 1;
 		} else if (e->ntags == e->tags_cap) {
 			uint32_t cap = e->tags_cap * 2;
-			struct gdr_tag *v = e->tags == &e->tag0 ? malloc(cap * sizeof(*v)) :
-				realloc(e->tags, cap * sizeof(*v));
+			struct gdr_tag *v = e->tags == &e->tag0
+						    ? malloc(cap * sizeof(*v))
+						    : realloc(e->tags, cap * sizeof(*v));
 
 			if (!v)
 				return -ENOMEM;
@@ -309,7 +313,7 @@ int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 
 /* Whether taking [a, a+len) exactly from e would make a new exact record past the bound. */
 bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
-			     uint64_t a, uint64_t len, bool exact)
+			  uint64_t a, uint64_t len, bool exact)
 {
 	if (!exact || e->nexact < GDR_EXACT_PER_ENTRY)
 		return false;
@@ -321,9 +325,8 @@ bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, in
 
 /* Take a hold on e for [a, a+len), making the record (and the MR) if there is none. exact: the MR
  * must be bounded to [a, a+len) (remote access): a record of its own, its MR of that range. */
-int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
-		      struct ibv_pd *pd, int access, uint64_t a, uint64_t len, bool exact,
-		      struct gdr_region **out)
+int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, struct ibv_pd *pd,
+		   int access, uint64_t a, uint64_t len, bool exact, struct gdr_region **out)
 {
 	const struct gdr_tag *tag = entry_tag_at(e, a);
 	uint64_t id = tag ? tag->buffer_id : 0, rstart, rsize;
@@ -334,8 +337,9 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
 	int rc = 0;
 
 	if (!tag) {
-		gdr_err("no allocation of entry [%#llx, +%llu) holds %#llx", (unsigned long long)e->base,
-			(unsigned long long)e->len, (unsigned long long)a);
+		gdr_err("no allocation of entry [%#llx, +%llu) holds %#llx",
+			(unsigned long long)e->base, (unsigned long long)e->len,
+			(unsigned long long)a);
 		return -EIO;
 	}
 	if (!pd)
@@ -360,7 +364,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e,
 
 			for (;;) {
 				rc = e->pin.be->ops->reg_mr(e->pin.be, &e->pin, pd, access, base, n,
-							     &own);
+							    &own);
 				if ((rc != -ENOMEM && rc != -ENOSPC) || !gdr_evict(c, e->len))
 					break;
 				c->st.fail_pin_retried++;
@@ -521,7 +525,8 @@ static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const st
 		bool mine = false;
 
 		for (struct gdr_region *r = e->regions; r && !mine; r = r->next)
-			mine = r->pd == pd && __atomic_load_n(&r->state, __ATOMIC_RELAXED) == GDR_DYING;
+			mine = r->pd == pd &&
+			       __atomic_load_n(&r->state, __ATOMIC_RELAXED) == GDR_DYING;
 		if (mine && !entry_pd_finish(c, e, pd))
 			*busy = true;
 	}

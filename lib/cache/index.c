@@ -14,7 +14,6 @@
 
 #define HIX_MIN_BITS 6
 
-
 size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr)
 {
 	size_t lo = 0, hi = ix->n;

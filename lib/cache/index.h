@@ -29,25 +29,25 @@ struct gdr_region;
 #define GDR_HIX_LEVELS 10
 #define GDR_HIX_EMPTY 0ULL
 #define GDR_HIX_TOMB 1ULL
-#define GDR_HIX_PTR_BITS 46        /* record address >> 6 (records are 64-byte aligned) */
+#define GDR_HIX_PTR_BITS 46 /* record address >> 6 (records are 64-byte aligned) */
 struct gdr_hslot {
 	uint64_t key;
-	uint64_t word;             /* record >> 6 | first 512th << 46 | last 512th << 55 */
+	uint64_t word; /* record >> 6 | first 512th << 46 | last 512th << 55 */
 };
 struct gdr_hix {
-	uint64_t order;            /* the levels holding records, most populated first: 4 bits
-				      each from bit 0, their number in bits 60..63 (__atomic) */
-	uint32_t bits;             /* 1 << bits slots */
-	uint32_t used, dead;       /* live keys, tombstones (under the lock) */
-	struct gdr_hix *defer;     /* retired: freed after a grace period */
+	uint64_t order;        /* the levels holding records, most populated first: 4 bits
+				  each from bit 0, their number in bits 60..63 (__atomic) */
+	uint32_t bits;         /* 1 << bits slots */
+	uint32_t used, dead;   /* live keys, tombstones (under the lock) */
+	struct gdr_hix *defer; /* retired: freed after a grace period */
 	struct gdr_hslot v[] __attribute__((aligned(64))); /* four to a cache line */
 };
 struct gdr_index {
 	struct gdr_entry **v;
 	size_t n, cap;
-	struct gdr_hix *hix;       /* never NULL once initialised */
-	struct gdr_hix **pub;      /* where lookups read it: stored with release at every change */
-	struct gdr_hix *retired;   /* old tables a lookup may still read */
+	struct gdr_hix *hix;     /* never NULL once initialised */
+	struct gdr_hix **pub;    /* where lookups read it: stored with release at every change */
+	struct gdr_hix *retired; /* old tables a lookup may still read */
 	uint32_t nretired;
 	uint32_t lev_n[GDR_HIX_LEVELS]; /* records per level */
 };
@@ -70,6 +70,19 @@ static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
 static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
 {
 	return (key * 0x9e3779b97f4a7c15ULL) >> (64 - bits);
+}
+/* A slot's word: its record, and the first and last 512th of the granule the record covers. */
+static inline struct gdr_region *gdr_hix_record(uint64_t w)
+{
+	return (struct gdr_region *)(uintptr_t)((w & ((1ULL << GDR_HIX_PTR_BITS) - 1)) << 6);
+}
+static inline uint64_t gdr_hix_first(uint64_t w)
+{
+	return (w >> GDR_HIX_PTR_BITS) & 511;
+}
+static inline uint64_t gdr_hix_last(uint64_t w)
+{
+	return w >> (GDR_HIX_PTR_BITS + 9);
 }
 /* Which 512th of its level-k granule addr lies in. */
 static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)

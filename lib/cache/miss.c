@@ -20,7 +20,7 @@
 struct gdr_sync_set {
 	uint64_t id;
 	uint8_t kind;
-	uint32_t misses;           /* pins made for this allocation (the pin extent's history) */
+	uint32_t misses; /* pins made for this allocation (the pin extent's history) */
 	UT_hash_handle hh;
 };
 
@@ -76,8 +76,9 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 				     "SYNC_MEMOPS unavailable for VMM memory at %#llx (%s): RDMA "
 				     "reads may race with cudaMemcpy; counted in stats",
 				     (unsigned long long)t->start,
-				     rc == -EOPNOTSUPP ? "driver lacks cuCtxSetFlags" :
-				     rc == -ENXIO ? "no current context" : "cuCtxSetFlags failed");
+				     rc == -EOPNOTSUPP ? "driver lacks cuCtxSetFlags"
+				     : rc == -ENXIO    ? "no current context"
+						       : "cuCtxSetFlags failed");
 		}
 	} else {
 		c->st.fail_cuda++;
@@ -107,7 +108,7 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
  * physical chunks of the pool that hold its pool pieces, and the 64 KiB-aligned other pieces. */
 struct pin_cover {
 	uint64_t lo, hi;
-	bool pool;             /* some piece is stream-ordered pool memory */
+	bool pool; /* some piece is stream-ordered pool memory */
 };
 
 static void cover_add(struct pin_cover *cv, uint64_t lo, uint64_t hi)
@@ -189,7 +190,8 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 				(unsigned long long)a, (unsigned long long)len, GDR_MAX_TAGS);
 			return -EINVAL;
 		}
-		tags[n++] = (struct gdr_tag){ .start = pi.start, .size = pi.size,
+		tags[n++] = (struct gdr_tag){ .start = pi.start,
+					      .size = pi.size,
 					      .alloc_start = pi.alloc_start,
 					      .alloc_size = pi.alloc_size,
 					      .buffer_id = pi.buffer_id,
@@ -216,7 +218,8 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 {
 	int rc;
 
-	gdr_settle(c); /* what was dropped is unpinned first: no page pinned twice by indexed entries */
+	/* What was dropped is unpinned first: no page pinned twice by indexed entries. */
+	gdr_settle(c);
 	for (;;) {
 		rc = pin->be->ops->pin(pin->be, pin);
 		if (rc != -ENOMEM && rc != -ENOSPC)
@@ -229,7 +232,8 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 		c->st.fail_pin++;
 		gdr_err("the %s backend cannot pin [%#llx, +%llu): the CUDA driver refuses it (e.g. memory "
 			"imported with cuIpcOpenMemHandle is not exported as a dma-buf; counted in "
-			"fail_pin)", pin->be->ops->name, (unsigned long long)pin->base,
+			"fail_pin)",
+			pin->be->ops->name, (unsigned long long)pin->base,
 			(unsigned long long)pin->len);
 		return rc;
 	}
@@ -415,9 +419,11 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 			__atomic_store_n(&c->may_revoke, true, __ATOMIC_RELAXED);
 	} else {
 		c->dev_refused[d] = true;
-		gdr_warn("CUDA device %d: backend %s cannot pin its memory (%s)%s; its registrations "
-			 "fail with -EOPNOTSUPP", d, c->backend->ops->name, why,
-			 c->cfg.backend == GDR_BACKEND_AUTO ? " and no other backend can" : "");
+		gdr_warn(
+			"CUDA device %d: backend %s cannot pin its memory (%s)%s; its registrations "
+			"fail with -EOPNOTSUPP",
+			d, c->backend->ops->name, why,
+			c->cfg.backend == GDR_BACKEND_AUTO ? " and no other backend can" : "");
 		return -EOPNOTSUPP;
 	}
 	*be = c->dev_be[d];
@@ -428,7 +434,7 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 
 /* The locked path: misses, stale entries, new records, pending events. */
 int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
-		      uint64_t len, int access, bool exact, struct gdr_region **out)
+		   uint64_t len, int access, bool exact, struct gdr_region **out)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
 	struct pin_cover cover;

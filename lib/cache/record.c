@@ -17,8 +17,9 @@
 /* Put a retired record (DEAD, unreachable by lookups, after a grace period) in the reuse queue. */
 void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
 {
+	/* Zeroed: +1 on one thread and -1 on another leave non-zero counters. */
 	if (r->entry)
-		gdr_thr_zero(c, r->slot); /* +1 on one thread and -1 on another leave non-zero counters */
+		gdr_thr_zero(c, r->slot);
 	r->released = 0;
 	r->defer = NULL;
 	if (c->reuse_tail)
@@ -88,7 +89,8 @@ void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r)
 	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of it are void */
 	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
 	if (r->exact && r->mr) {
-		gdr_verbs_dereg(c->sys.verbs, r->mr); /* its own MR: nobody holds the record any more */
+		/* Its own MR: nobody holds the record any more. */
+		gdr_verbs_dereg(c->sys.verbs, r->mr);
 		r->mr = NULL;
 		if (r->entry && r->entry->nexact)
 			r->entry->nexact--;
@@ -161,7 +163,7 @@ void gdr_cache_unlock(struct gdr_cache *c)
 /* The range a record of allocation t in e serves: t within e (all of t, unless t is larger than
  * what the cap let e pin), so that a request inside it is inside the pin. */
 void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64_t *start,
-			 uint64_t *size)
+		      uint64_t *size)
 {
 	uint64_t lo = t->start, hi = t->start + t->size;
 
@@ -175,7 +177,7 @@ void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64
 
 /* A new record (not held, not linked), or -ENOSPC / -ENOMEM. */
 int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
-		      uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
+		   uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
 {
 	struct gdr_region *r;
 	uint32_t slot;

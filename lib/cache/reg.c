@@ -33,11 +33,9 @@ static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, const struc
 
 			if (sk == key) {
 				uint64_t w = __atomic_load_n(&h->v[j].word, __ATOMIC_ACQUIRE);
-				struct gdr_region *r = (struct gdr_region *)(uintptr_t)
-					((w & ((1ULL << GDR_HIX_PTR_BITS) - 1)) << 6);
+				struct gdr_region *r = gdr_hix_record(w);
 
-				if (((w >> GDR_HIX_PTR_BITS) & 511) <= part &&
-				    part <= w >> (GDR_HIX_PTR_BITS + 9) &&
+				if (gdr_hix_first(w) <= part && part <= gdr_hix_last(w) &&
 				    gdr_record_serves(r, pd, access, a, len, exact))
 					return r;
 			} else if (sk == GDR_HIX_EMPTY) {
@@ -51,7 +49,7 @@ static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, const struc
 /* What the hit path found wrong with a held entry: the locked path retires it. */
 struct stale_hit {
 	struct gdr_entry *e;
-	int64_t *ctr;          /* the hold to give back once e is retired */
+	int64_t *ctr; /* the hold to give back once e is retired */
 	bool revoked;
 };
 
@@ -68,7 +66,8 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 
 	if (!pd)
 		access = 0;
-	if (c->validator->events && gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
+	if (c->validator->events &&
+	    gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
 		return 1; /* a free to apply first */
 	gdr_thr_enter(t);
 	gen = __atomic_load_n(&c->gen, __ATOMIC_SEQ_CST);
@@ -77,7 +76,8 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 		/* The same record as this thread's last hit, and nothing retired since: no search. */
 		e = r->entry;
 	} else {
-		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), pd, access, a, len, exact);
+		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), pd, access, a, len,
+			       exact);
 		e = r ? r->entry : NULL;
 	}
 	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
@@ -97,7 +97,9 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	if (st->revoked)
 		return 2;
 	if (!c->validator->events) {
-		struct gdr_tag tag = { .start = r->start, .size = r->size, .buffer_id = r->buffer_id };
+		struct gdr_tag tag = { .start = r->start,
+				       .size = r->size,
+				       .buffer_id = r->buffer_id };
 
 		__atomic_store_n(&t->tag_checks, t->tag_checks + 1, __ATOMIC_RELAXED);
 		if (c->validator->check(&tag))
@@ -144,7 +146,8 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		gdr_cache_lock(c);
 		c->st.fail_input++;
 		gdr_cache_unlock_plain(c);
-		gdr_err("bad range [%p, +%zu): %s", addr, len, len ? "wraps around" : "zero length");
+		gdr_err("bad range [%p, +%zu): %s", addr, len,
+			len ? "wraps around" : "zero length");
 		return -EINVAL;
 	}
 	t = gdr_thr_find(c); /* no libc once this thread has its record */
@@ -155,8 +158,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		return 0;
 	if (rc == 1 && cached_only)
 		return -ENOENT; /* nothing asked of the driver, nothing locked */
-	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL,
-			region);
+	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL, region);
 }
 
 /* The locked path of gdr_reg: a miss, free events to apply first, or st: the stale entry a hit
@@ -165,7 +167,8 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_thr *t,
 					      struct ibv_pd *pd, uint64_t a, uint64_t len,
 					      int access, bool exact, bool cached_only,
-					      const struct stale_hit *st, struct gdr_region **region)
+					      const struct stale_hit *st,
+					      struct gdr_region **region)
 {
 	GDR_KEEP_ERRNO();
 	int rc;
@@ -279,7 +282,8 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		 * and nothing of them is read after the hold is given back but in it. */
 		gdr_thr_enter(t);
 		if (__builtin_expect(__atomic_load_n(&r->magic, __ATOMIC_RELAXED) ==
-				     GDR_REGION_LIVE, 1)) {
+					     GDR_REGION_LIVE,
+				     1)) {
 			int64_t *ctr = gdr_thr_counter(t, r->slot);
 			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
 

@@ -115,8 +115,10 @@ static int stats_fd(const struct gdr_output *o, bool *close_it)
 		}
 		err = -errno;
 	}
-	gdr_log_once(GDR_LOG_WARN, "GDRCACHE_STATS=file:%s cannot be opened (%s): statistics go to "
-		     "stderr", o->stats_file, strerror(-err));
+	gdr_log_once(GDR_LOG_WARN,
+		     "GDRCACHE_STATS=file:%s cannot be opened (%s): statistics go to "
+		     "stderr",
+		     o->stats_file, strerror(-err));
 	return 2;
 }
 
@@ -172,8 +174,8 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 		}
 		put(&b, "\n");
 	} else {
-		put(&b, "{\"source\": \"%s\", \"why\": \"%s\", \"pid\": %d, \"time\": \"%s\"", source,
-		    why, (int)getpid(), when);
+		put(&b, "{\"source\": \"%s\", \"why\": \"%s\", \"pid\": %d, \"time\": \"%s\"",
+		    source, why, (int)getpid(), when);
 		for (unsigned i = 0; i < n; i++) {
 			put(&b, ", \"%s\": ", v[i].key);
 			if (v[i].str)
@@ -254,9 +256,11 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		    c->backend->ops->name, c->validator->name);
 		for (unsigned i = 2; i < n - 3; i++)
 			put(&b, " %s %" PRIu64, v[i].key, v[i].num);
-		put(&b, "\ngdrcache[%d] remote-access MRs of exact ranges %" PRIu64 ", entries replaced "
-		    "for holding too many %" PRIu64 "\ngdrcache[%d] interception: %s\n", pid, exact_mrs,
-		    exact_replaced, pid, icpt);
+		put(&b,
+		    "\ngdrcache[%d] remote-access MRs of exact ranges %" PRIu64
+		    ", entries replaced "
+		    "for holding too many %" PRIu64 "\ngdrcache[%d] interception: %s\n",
+		    pid, exact_mrs, exact_replaced, pid, icpt);
 		stats_write(o, &b);
 	}
 }
@@ -342,13 +346,15 @@ static void signal_setup(void)
 	if (!o->stats_signal)
 		return;
 	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
-		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal", strerror(errno));
+		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal",
+			strerror(errno));
 		return;
 	}
 	/* The reader blocks; only the writer (the handler) must never. */
 	fcntl(sig_pipe[0], F_SETFL, fcntl(sig_pipe[0], F_GETFL) & ~O_NONBLOCK);
 	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes none of the program's signals */
+	/* The thread takes none of the program's signals. */
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	rc = pthread_create(&t, NULL, signal_thread, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {

@@ -53,9 +53,9 @@ static GDR_TLS struct {
 	struct gdr_thr *t;
 } tls[TLS_SLOTS];
 struct thr_map {
-	uint32_t cap, n;           /* cap a power of two; n < cap * 3 / 4 */
+	uint32_t cap, n; /* cap a power of two; n < cap * 3 / 4 */
 	struct thr_map_item {
-		uint64_t id;       /* 0: empty */
+		uint64_t id; /* 0: empty */
 		struct gdr_thr *t;
 	} v[];
 };
@@ -69,7 +69,7 @@ static pthread_mutex_t alive_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t next_id = 1;
 static struct gdr_cache *alive;
 
-static bool id_alive(uint64_t id)  /* under alive_lock */
+static bool id_alive(uint64_t id) /* under alive_lock */
 {
 	for (struct gdr_cache *c = alive; c; c = c->next_alive)
 		if (c->id == id)
@@ -194,7 +194,8 @@ static void fork_child(void)
 
 			t->epoch &= ~1ULL;
 			if (!mine)
-				t->dead = 1; /* its counters still count: the holds it made are held */
+				/* Its counters still count: the holds it made are held. */
+				t->dead = 1;
 		}
 		pthread_mutex_unlock(&c->lock);
 	}
@@ -216,7 +217,8 @@ static void asym_init(void)
 		return;
 	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
 	    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)) {
-		gdr_info("membarrier(PRIVATE_EXPEDITED) unavailable: lookups use a locked increment");
+		gdr_info(
+			"membarrier(PRIVATE_EXPEDITED) unavailable: lookups use a locked increment");
 		return;
 	}
 	__atomic_store_n(&gdr_thr_asym, 1, __ATOMIC_RELEASE);
@@ -288,8 +290,8 @@ static struct gdr_thr *thr_attach(struct gdr_cache *c)
 			return NULL;
 		memset(t, 0, sizeof(*t));
 		t->next = __atomic_load_n(&c->threads, __ATOMIC_RELAXED);
-		while (!__atomic_compare_exchange_n(&c->threads, &t->next, t, true, __ATOMIC_RELEASE,
-						    __ATOMIC_RELAXED))
+		while (!__atomic_compare_exchange_n(&c->threads, &t->next, t, true,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
 			;
 	}
 	if (map_add(c->id, t)) {
@@ -350,7 +352,8 @@ int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot)
 		int64_t *ch = __atomic_load_n(&t->chunk[slot / GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
 
 		if (ch)
-			sum += (uint64_t)__atomic_load_n(&ch[slot % GDR_SLOT_CHUNK], __ATOMIC_ACQUIRE);
+			sum += (uint64_t)__atomic_load_n(&ch[slot % GDR_SLOT_CHUNK],
+							 __ATOMIC_ACQUIRE);
 	}
 	return (int64_t)sum;
 }

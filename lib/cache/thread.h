@@ -16,11 +16,11 @@ struct gdr_region;
 #define GDR_SLOT_CHUNKS 1024u
 #define GDR_SLOT_MAX (GDR_SLOT_CHUNK * GDR_SLOT_CHUNKS)
 struct gdr_thr {
-	uint64_t epoch;            /* odd while looking up without the lock; written by its thread */
+	uint64_t epoch; /* odd while looking up without the lock; written by its thread */
 	uint64_t fast_hits, tag_checks; /* counted by its thread */
-	struct gdr_region *memo;   /* the record of its last lock-free hit, valid while memo_gen is */
-	uint64_t memo_gen;         /* the cache's gen then */
-	int dead;                  /* its thread exited: the next new thread takes the record over */
+	struct gdr_region *memo; /* the record of its last lock-free hit, valid while memo_gen is */
+	uint64_t memo_gen;       /* the cache's gen then */
+	int dead;                /* its thread exited: the next new thread takes the record over */
 	struct gdr_thr *next;
 	int64_t *chunk[GDR_SLOT_CHUNKS];
 } __attribute__((aligned(64)));
@@ -37,13 +37,13 @@ static inline int64_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
 
 	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
 }
-int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot);  /* NULL: out of memory */
+int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot); /* NULL: out of memory */
 /* The counters of slot summed over threads (modulo 2^64: exact while the true sum fits). */
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
-void gdr_thr_sync(struct gdr_cache *c);             /* a grace period */
+void gdr_thr_sync(struct gdr_cache *c); /* a grace period */
 void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_checks);
-void gdr_thr_cache_init(struct gdr_cache *c);  /* also decides gdr_thr_asym, once */
+void gdr_thr_cache_init(struct gdr_cache *c); /* also decides gdr_thr_asym, once */
 void gdr_thr_cache_fini(struct gdr_cache *c);
 /* fn(cache, arg) for every live cache, under the list's lock (taken before any cache lock). */
 void gdr_thr_foreach_cache(void (*fn)(struct gdr_cache *c, void *arg), void *arg);

@@ -38,11 +38,28 @@ int gdr_parse_size(const char *s, uint64_t *out)
 	if (errno || end == s)
 		return -EINVAL;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end == 'i' || *end == 'B' || *end == 'b')
 		end += (*end == 'i' && (end[1] == 'B' || end[1] == 'b')) ? 2 : 1;
@@ -75,7 +92,9 @@ static int parse_name(const char *s, const char *const *names, int n, int *out)
 
 static const char *const backend_names[] = { "auto", "kmod", "dmabuf", "peermem" };
 static const char *const validate_names[] = {
-	[GDR_VALIDATE_AUTO] = "auto", [GDR_VALIDATE_TAG] = "tag", [GDR_VALIDATE_EVENTS] = "events",
+	[GDR_VALIDATE_AUTO] = "auto",
+	[GDR_VALIDATE_TAG] = "tag",
+	[GDR_VALIDATE_EVENTS] = "events",
 };
 static const char *const log_names[] = { "none", "error", "warn", "info", "debug" };
 
@@ -103,7 +122,8 @@ static int parse_log(const char *s, void *out)
 
 static int parse_bool(const char *s, void *out)
 {
-	if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") || !strcasecmp(s, "true"))
+	if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") ||
+	    !strcasecmp(s, "true"))
 		*(bool *)out = true;
 	else if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "off") ||
 		 !strcasecmp(s, "false"))
@@ -148,8 +168,13 @@ static int parse_format(const char *s, void *out)
 /* The signals a user may choose: USR1, USR2, HUP, RTMIN+n (SIG prefix optional, any case). 0: none. */
 static int parse_signal(const char *s, void *out)
 {
-	static const struct { const char *name; int sig; } sigs[] = {
-		{ "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "HUP", SIGHUP },
+	static const struct {
+		const char *name;
+		int sig;
+	} sigs[] = {
+		{ "USR1", SIGUSR1 },
+		{ "USR2", SIGUSR2 },
+		{ "HUP", SIGHUP },
 	};
 	char *end;
 	long n;
@@ -220,64 +245,91 @@ static const struct row {
 	const char *desc;
 	bool test;
 } table[] = {
-	{ .name = "GDRCACHE_LOG_FILE", .parse = parse_path, .field = output.log_file,
+	{ .name = "GDRCACHE_LOG_FILE",
+	  .parse = parse_path,
+	  .field = output.log_file,
 	  .form = "a path (%p: the process id); appended to; empty: stderr",
 	  .dflt = "stderr",
 	  .desc = "append log lines to this file instead of stderr; %p is the process id" },
-	{ .name = "GDRCACHE_LOG", .parse = parse_log, .field = &config.log_level,
+	{ .name = "GDRCACHE_LOG",
+	  .parse = parse_log,
+	  .field = &config.log_level,
 	  .form = "none|error|warn|info|debug (or 0-4)",
 	  .dflt = "warn",
 	  .desc = "the lowest level logged: none, error, warn, info or debug (or 0-4)" },
-	{ .name = "GDRCACHE_MAX_BYTES", .parse = parse_nonzero_size, .field = &config.max_bytes,
+	{ .name = "GDRCACHE_MAX_BYTES",
+	  .parse = parse_nonzero_size,
+	  .field = &config.max_bytes,
 	  .form = "a size > 0: digits, then K, M, G or T (e.g. 4G)",
 	  .dflt = "half of min(BAR1, memory) summed over the GPUs, else 4G",
 	  .desc = "most bytes kept pinned by unreferenced entries" },
-	{ .name = "GDRCACHE_MAX_ENTRIES", .parse = parse_nonzero_size, .field = &config.max_entries,
+	{ .name = "GDRCACHE_MAX_ENTRIES",
+	  .parse = parse_nonzero_size,
+	  .field = &config.max_entries,
 	  .form = "a count > 0 (digits)",
 	  .dflt = "one per MiB of GDRCACHE_MAX_BYTES, at least 4096",
 	  .desc = "most cached entries" },
-	{ .name = "GDRCACHE_MAX_PIN_BYTES", .parse = parse_nonzero_size,
+	{ .name = "GDRCACHE_MAX_PIN_BYTES",
+	  .parse = parse_nonzero_size,
 	  .field = &config.max_pin_bytes,
 	  .form = "a size > 0: digits, then K, M, G or T (e.g. 256M)",
 	  .dflt = "an eighth of GDRCACHE_MAX_BYTES, at least 256M",
 	  .desc = "allocations up to this size may be pinned whole, larger ones in the requested "
 		  "range" },
-	{ .name = "GDRCACHE_BACKEND", .parse = parse_backend, .field = &config.backend,
+	{ .name = "GDRCACHE_BACKEND",
+	  .parse = parse_backend,
+	  .field = &config.backend,
 	  .form = "auto|kmod|dmabuf|peermem",
 	  .dflt = "auto",
 	  .desc = "how ranges are pinned: auto, kmod, dmabuf or peermem" },
-	{ .name = "GDRCACHE_VALIDATE", .parse = parse_validate, .field = &config.validate,
+	{ .name = "GDRCACHE_VALIDATE",
+	  .parse = parse_validate,
+	  .field = &config.validate,
 	  .form = "auto|tag|events",
 	  .dflt = "auto",
 	  .desc = "how a hit is proven: auto, tag or events" },
-	{ .name = "GDRCACHE_STATS", .parse = parse_stats, .field = &config.stats,
+	{ .name = "GDRCACHE_STATS",
+	  .parse = parse_stats,
+	  .field = &config.stats,
 	  .form = "0|1 (or no|yes, off|on, false|true), stderr, or file:PATH (%p: the process id)",
 	  .dflt = "0",
 	  .desc = "write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1 or "
 		  "stderr, or appended to file:PATH" },
-	{ .name = "GDRCACHE_STATS_FORMAT", .parse = parse_format, .field = &output.stats_format,
+	{ .name = "GDRCACHE_STATS_FORMAT",
+	  .parse = parse_format,
+	  .field = &output.stats_format,
 	  .form = "auto|text|kv|json (auto: text on stderr, json in a file)",
 	  .dflt = "auto",
 	  .desc = "how the statistics are written: auto (text on stderr, json in a file), text, kv "
 		  "or json" },
-	{ .name = "GDRCACHE_STATS_SIGNAL", .parse = parse_signal, .field = &output.stats_signal,
+	{ .name = "GDRCACHE_STATS_SIGNAL",
+	  .parse = parse_signal,
+	  .field = &output.stats_signal,
 	  .form = "none|USR1|USR2|HUP|RTMIN+n (SIG prefix optional)",
 	  .dflt = "none",
 	  .desc = "also write the statistics on this signal: none, USR1, USR2, HUP or RTMIN+n" },
-	{ .name = "GDRCACHE_KMOD_DEV", .parse = parse_path, .field = config.kmod_dev,
+	{ .name = "GDRCACHE_KMOD_DEV",
+	  .parse = parse_path,
+	  .field = config.kmod_dev,
 	  .form = "a path",
 	  .dflt = "/dev/gdrcache", /* "/dev/" GDRCACHE_DEVICE_NAME (test_config.c checks) */
 	  .desc = "the kernel module's device" },
-	{ .name = "GDRCACHE_LIBCUDA", .parse = parse_path, .field = config.libcuda,
+	{ .name = "GDRCACHE_LIBCUDA",
+	  .parse = parse_path,
+	  .field = config.libcuda,
 	  .form = "a file name",
 	  .dflt = "libcuda.so.1",
 	  .desc = "the CUDA driver library to dlopen, for tests and debugging" },
-	{ .name = "GDRCACHE_DISABLE", .parse = parse_bool, .field = &output.disable,
+	{ .name = "GDRCACHE_DISABLE",
+	  .parse = parse_bool,
+	  .field = &output.disable,
 	  .form = "0|1 (or no|yes, off|on, false|true); the preload only",
 	  .dflt = "0",
 	  .desc = "1: the preload passes every call through untouched" },
 	/* Test switches. */
-	{ .name = "GDRCACHE_NO_MEMBARRIER", .parse = parse_set, .field = &tests.no_membarrier,
+	{ .name = "GDRCACHE_NO_MEMBARRIER",
+	  .parse = parse_set,
+	  .field = &tests.no_membarrier,
 	  .form = "any value (set: on)",
 	  .dflt = "unset",
 	  .desc = "lookups take the locked increment, as where membarrier(2) is missing (the "
@@ -311,7 +363,8 @@ static void config_read(void)
 			continue; /* empty: stderr */
 		if (table[i].parse(s, table[i].field)) {
 			gdr_err("%s=\"%s\" is malformed: it must be %s; no cache can be created until "
-				"it is fixed", table[i].name, s, table[i].form);
+				"it is fixed",
+				table[i].name, s, table[i].form);
 			if (!config.bad)
 				config.bad = table[i].name;
 		}
@@ -323,8 +376,9 @@ static void config_read(void)
 		}
 	}
 	if (output.stats_signal && !config.stats)
-		gdr_warn("GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not: no statistics are written "
-			 "on the signal (set GDRCACHE_STATS=1 or file:PATH)");
+		gdr_warn(
+			"GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not: no statistics are written "
+			"on the signal (set GDRCACHE_STATS=1 or file:PATH)");
 	for (size_t i = 0; i < NVARS; i++)
 		if (!table[i].test)
 			used += (size_t)snprintf(names + used,
@@ -370,7 +424,10 @@ static void format(size_t i, const struct gdr_config *cfg, const struct gdr_outp
 	else if (f == &config.validate)
 		snprintf(buf, n, "%s", validate_names[cfg->validate]);
 	else if (f == &config.stats)
-		snprintf(buf, n, "%s%s", !cfg->stats ? "0" : out->stats_file[0] ? "file:" : "1",
+		snprintf(buf, n, "%s%s",
+			 !cfg->stats          ? "0"
+			 : out->stats_file[0] ? "file:"
+					      : "1",
 			 cfg->stats ? out->stats_file : "");
 	else if (f == &output.stats_format)
 		snprintf(buf, n, "%s", format_names[out->stats_format]);
@@ -391,15 +448,19 @@ static void format(size_t i, const struct gdr_config *cfg, const struct gdr_outp
 }
 
 void gdr_config_vars(void (*fn)(const struct gdr_config_var *var, const char *value, bool set,
-				void *arg), void *arg)
+				void *arg),
+		     void *arg)
 {
 	const struct gdr_config *cfg = gdr_config_get();
 	char v[300];
 
 	for (size_t i = 0; i < NVARS; i++) {
 		const struct gdr_config_var var = {
-			.name = table[i].name, .form = table[i].form, .dflt = table[i].dflt,
-			.desc = table[i].desc, .test = table[i].test,
+			.name = table[i].name,
+			.form = table[i].form,
+			.dflt = table[i].dflt,
+			.desc = table[i].desc,
+			.test = table[i].test,
 		};
 
 		format(i, cfg, &output, &tests, v, sizeof(v));
@@ -408,7 +469,8 @@ void gdr_config_vars(void (*fn)(const struct gdr_config_var *var, const char *va
 }
 
 void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
-				const char *dflt, bool set, void *arg), void *arg)
+				const char *dflt, bool set, void *arg),
+		     void *arg)
 {
 	const struct gdr_config *cfg = gdr_config_get();
 	char v[300], d[300];

@@ -16,7 +16,7 @@ struct gdr_config {
 	bool stats;
 	char kmod_dev[256];
 	char libcuda[256];
-	const char *bad;           /* the first malformed variable's name: caches are refused */
+	const char *bad; /* the first malformed variable's name: caches are refused */
 };
 /* The environment, parsed once. A malformed value is logged (naming the variable and the form it
  * must take) and recorded in ->bad: gdr_cache_create then fails with -EINVAL. Unknown GDRCACHE_*
@@ -38,11 +38,13 @@ struct gdr_config_var {
 /* fn for every variable of the table, test switches included: its row, its effective value as
  * text, and whether the environment sets it (gdrcache_info). */
 void gdr_config_vars(void (*fn)(const struct gdr_config_var *var, const char *value, bool set,
-				void *arg), void *arg);
+				void *arg),
+		     void *arg);
 /* fn for every user variable (no test switch): its name, form, effective value, the value it has
  * when unset (derived limits: their fixed fallback) and whether the environment sets it. */
 void gdr_config_each(void (*fn)(const char *name, const char *form, const char *value,
-				const char *dflt, bool set, void *arg), void *arg);
+				const char *dflt, bool set, void *arg),
+		     void *arg);
 
 /* The table's test switches, parsed with the rest: they select a code path for a test, and are
  * never for users. */

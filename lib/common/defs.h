@@ -18,7 +18,7 @@
 #define GDR_EXACT_PER_ENTRY 32
 /* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
 #define GDR_MAX_TAGS 64
-#define GDR_MAX_DEVICES 64       /* CUDA devices a cache tells apart */
+#define GDR_MAX_DEVICES 64 /* CUDA devices a cache tells apart */
 #define GDR_HIDDEN __attribute__((visibility("hidden")))
 
 #endif /* GDR_COMMON_DEFS_H */

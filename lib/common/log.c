@@ -129,12 +129,15 @@ static int log_fd(void)
 		}
 		if (err) {
 			char msg[512];
-			int n = snprintf(msg, sizeof(msg),
-					 "gdrcache[%d] warn: GDRCACHE_LOG_FILE=%s cannot be opened (%s): "
-					 "logging to stderr\n", (int)getpid(), tmpl, strerror(err < 0 ? -err : err));
+			int n = snprintf(
+				msg, sizeof(msg),
+				"gdrcache[%d] warn: GDRCACHE_LOG_FILE=%s cannot be opened (%s): "
+				"logging to stderr\n",
+				(int)getpid(), tmpl, strerror(err < 0 ? -err : err));
 
 			if (n > 0)
-				(void)!write(2, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+				(void)!write(2, msg,
+					     (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
 			failed = true;
 		}
 		owner = getpid();
@@ -165,8 +168,9 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d%s)\n", (int)getpid(),
-		     (long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name, msg, func, line, more);
+	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d%s)\n",
+		     (int)getpid(), (long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name,
+		     msg, func, line, more);
 	if (n >= (int)sizeof(out)) { /* cut: still one line */
 		n = sizeof(out) - 1;
 		out[n - 1] = '\n';

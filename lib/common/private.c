@@ -38,8 +38,8 @@ GDR_EXPORT void gdr_private_log(int level, const char *func, int line, const cha
 	va_end(ap);
 }
 
-GDR_EXPORT void gdr_private_stats_emit(const char *source, const char *why,
-				       const char *prefix, const char *head, const struct gdr_stat *v, unsigned n)
+GDR_EXPORT void gdr_private_stats_emit(const char *source, const char *why, const char *prefix,
+				       const char *head, const struct gdr_stat *v, unsigned n)
 {
 	gdr_stats_emit(source, why, prefix, head, v, n);
 }

@@ -16,12 +16,12 @@
 
 /* What the preload reads of the configuration (config.c's table). */
 struct gdr_private_config {
-	int log_level;       /* GDRCACHE_LOG (enum gdr_log_level) */
-	bool log_set;        /* GDRCACHE_LOG is set: the library may log on the preload's path */
-	bool stats;          /* GDRCACHE_STATS asks for statistics (stderr or a file) */
-	bool disable;        /* GDRCACHE_DISABLE: pass everything through */
-	bool bad;            /* a variable is malformed (logged): no cache can be created */
-	char libcuda[256];   /* GDRCACHE_LIBCUDA */
+	int log_level;     /* GDRCACHE_LOG (enum gdr_log_level) */
+	bool log_set;      /* GDRCACHE_LOG is set: the library may log on the preload's path */
+	bool stats;        /* GDRCACHE_STATS asks for statistics (stderr or a file) */
+	bool disable;      /* GDRCACHE_DISABLE: pass everything through */
+	bool bad;          /* a variable is malformed (logged): no cache can be created */
+	char libcuda[256]; /* GDRCACHE_LIBCUDA */
 };
 /* Fills the first size bytes of *cfg. 0, or -EINVAL. */
 int gdr_private_config(struct gdr_private_config *cfg, size_t size);

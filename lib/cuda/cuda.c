@@ -18,7 +18,7 @@
 #include "intercept/hooks.h"
 
 static struct {
-	int status;                 /* 0, or -ENODEV */
+	int status; /* 0, or -ENODEV */
 	gdr_cuInit_t init;
 	gdr_cuDriverGetVersion_t driver_version;
 	gdr_cuGetErrorName_t get_error_name;
@@ -30,16 +30,16 @@ static struct {
 	gdr_cuDeviceGet_t device_get;
 	gdr_cuDeviceGetCount_t device_count;
 	gdr_cuDevicePrimaryCtxRetain_t primary_retain;
-	gdr_cuDevicePrimaryCtxRelease_t primary_release;     /* NULL: a borrow's retain is kept */
+	gdr_cuDevicePrimaryCtxRelease_t primary_release;    /* NULL: a borrow's retain is kept */
 	gdr_cuDevicePrimaryCtxGetState_t primary_get_state; /* NULL: as above */
 	gdr_cuCtxGetDevice_t ctx_get_device;
 	gdr_cuCtxPushCurrent_t ctx_push;
 	gdr_cuCtxPopCurrent_t ctx_pop;
 	gdr_cuCtxGetFlags_t ctx_get_flags;
-	gdr_cuCtxSetFlags_t ctx_set_flags;      /* NULL before CUDA 12.1 */
+	gdr_cuCtxSetFlags_t ctx_set_flags; /* NULL before CUDA 12.1 */
 	gdr_cuDeviceGetAttribute_t device_attr;
-	gdr_cuMemGetHandleForAddressRange_t dmabuf;  /* NULL before CUDA 11.7 */
-	void *handle;               /* libcuda's dlopen handle (hooks.c) */
+	gdr_cuMemGetHandleForAddressRange_t dmabuf; /* NULL before CUDA 11.7 */
+	void *handle;                               /* libcuda's dlopen handle (hooks.c) */
 } cu = { .status = -ENODEV };
 
 /* Contexts that already have CU_CTX_SYNC_MEMOPS from us. */
@@ -80,28 +80,29 @@ static void cuda_load_once(void)
 	if (!gpa2)
 		gpa1 = (gdr_cuGetProcAddress_v1_t)dlsym(h, "cuGetProcAddress");
 	if (!gpa2 && !gpa1) {
-		gdr_warn("%s has no cuGetProcAddress: driver too old (CUDA 11.3 or later is needed)",
-			 cfg->libcuda);
+		gdr_warn(
+			"%s has no cuGetProcAddress: driver too old (CUDA 11.3 or later is needed)",
+			cfg->libcuda);
 		dlclose(h);
 		return;
 	}
 
-#define RESOLVE(field, name, required)                                                       \
-	do {                                                                                 \
-		void *fn_ = NULL;                                                            \
-		int st_ = 0;                                                                 \
-		rc = gpa2 ? gpa2(name, &fn_, GDR_CUDA_API_VERSION, GDR_CU_GET_PROC_ADDRESS_DEFAULT, \
-				 &st_)                                                       \
-			  : gpa1(name, &fn_, GDR_CUDA_API_VERSION,                          \
-				 GDR_CU_GET_PROC_ADDRESS_DEFAULT);                           \
-		if (rc != GDR_CUDA_SUCCESS || !fn_) {                                        \
-			fn_ = NULL;                                                          \
-			if (required) {                                                      \
-				gdr_warn("CUDA driver lacks %s: GPU paths disabled", name);  \
-				return;                                                      \
-			}                                                                    \
-		}                                                                            \
-		memcpy(&cu.field, &fn_, sizeof(fn_));                                        \
+#define RESOLVE(field, name, required)                                                             \
+	do {                                                                                       \
+		void *fn_ = NULL;                                                                  \
+		int st_ = 0;                                                                       \
+		rc = gpa2 ? gpa2(name, &fn_, GDR_CUDA_API_VERSION,                                 \
+				 GDR_CU_GET_PROC_ADDRESS_DEFAULT, &st_)                            \
+			  : gpa1(name, &fn_, GDR_CUDA_API_VERSION,                                 \
+				 GDR_CU_GET_PROC_ADDRESS_DEFAULT);                                 \
+		if (rc != GDR_CUDA_SUCCESS || !fn_) {                                              \
+			fn_ = NULL;                                                                \
+			if (required) {                                                            \
+				gdr_warn("CUDA driver lacks %s: GPU paths disabled", name);        \
+				return;                                                            \
+			}                                                                          \
+		}                                                                                  \
+		memcpy(&cu.field, &fn_, sizeof(fn_));                                              \
 	} while (0)
 
 	RESOLVE(init, "cuInit", true);
@@ -132,8 +133,8 @@ static void cuda_load_once(void)
 		int v = 0;
 
 		if (cu.driver_version(&v) == GDR_CUDA_SUCCESS && v < GDR_CUDA_MIN_DRIVER) {
-			gdr_warn("CUDA driver %d.%d is older than %d.%d: GPU paths disabled", v / 1000,
-				 v % 1000 / 10, GDR_CUDA_MIN_DRIVER / 1000,
+			gdr_warn("CUDA driver %d.%d is older than %d.%d: GPU paths disabled",
+				 v / 1000, v % 1000 / 10, GDR_CUDA_MIN_DRIVER / 1000,
 				 GDR_CUDA_MIN_DRIVER % 1000 / 10);
 			dlclose(h);
 			return;
@@ -170,10 +171,14 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 	/* Zeroed 8-byte slots: each attribute writes its own width (bool, int, u64) into one. */
 	uint64_t v[9] = { 0 };
 	int attrs[9] = {
-		GDR_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      GDR_CU_POINTER_ATTRIBUTE_BUFFER_ID,
-		GDR_CU_POINTER_ATTRIBUTE_IS_MANAGED,       GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-		GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE,       GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-		GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+		GDR_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+		GDR_CU_POINTER_ATTRIBUTE_BUFFER_ID,
+		GDR_CU_POINTER_ATTRIBUTE_IS_MANAGED,
+		GDR_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+		GDR_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+		GDR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+		GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+		GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
 		GDR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
 	};
 	void *data[9] = { &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8] };
@@ -188,8 +193,9 @@ int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info)
 		rc = cu.get_attributes(6, attrs, data, addr);
 		if (rc == GDR_CUDA_SUCCESS) {
 			__atomic_store_n(&have_mapping_attrs, 0, __ATOMIC_RELAXED);
-			gdr_info("driver lacks CU_POINTER_ATTRIBUTE_MAPPING_*: VMM ranges from RANGE_*, "
-				 "stream-ordered pool memory pinned as cuMemAlloc memory");
+			gdr_info(
+				"driver lacks CU_POINTER_ATTRIBUTE_MAPPING_*: VMM ranges from RANGE_*, "
+				"stream-ordered pool memory pinned as cuMemAlloc memory");
 		}
 	}
 	memset(info, 0, sizeof(*info));
@@ -285,10 +291,10 @@ int gdr_cuda_set_sync_memops(uint64_t addr)
 
 /* Contexts the library made current for a call (see context_borrow). */
 struct borrow {
-	gdr_CUcontext ctx;     /* NULL: nothing borrowed */
+	gdr_CUcontext ctx; /* NULL: nothing borrowed */
 	gdr_CUdevice dev;
-	bool pushed;           /* pushed over another device's context (else set on an empty thread) */
-	bool retained;         /* a reference of ours to give back */
+	bool pushed;   /* pushed over another device's context (else set on an empty thread) */
+	bool retained; /* a reference of ours to give back */
 };
 
 /* The device's primary context, retained for the life of the process: only with a driver that

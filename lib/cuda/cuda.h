@@ -9,14 +9,14 @@
 #include "common/defs.h"
 
 struct gdr_ptr_info {
-	int mem_type;          /* CUmemorytype, 0 when CUDA does not know the pointer */
+	int mem_type; /* CUmemorytype, 0 when CUDA does not know the pointer */
 	bool managed;
-	int device;            /* ordinal */
+	int device; /* ordinal */
 	uint64_t buffer_id;
-	uint64_t start, size;  /* the allocation (or VMM mapping) holding the pointer */
+	uint64_t start, size;             /* the allocation (or VMM mapping) holding the pointer */
 	uint64_t alloc_start, alloc_size; /* RANGE_*: the whole allocation (a VMM reservation) */
 	uint64_t map_start, map_size; /* MAPPING_*: the physical chunk holding it (0: unknown) */
-	bool pool;             /* stream-ordered pool memory (MEMPOOL_HANDLE set) */
+	bool pool;                    /* stream-ordered pool memory (MEMPOOL_HANDLE set) */
 };
 /* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
 int gdr_cuda_load(void);
@@ -41,10 +41,10 @@ int gdr_cuda_device_attr(int device, int attr, int *value);
 int gdr_cuda_device_count(void);
 /* devices.c: what the GPUs offer to pins, found once per process (the first call). */
 struct gdr_cuda_devices {
-	uint64_t bar1, mem;        /* summed over the devices that told (0: none did) */
+	uint64_t bar1, mem; /* summed over the devices that told (0: none did) */
 	int ndev;
-	char why[160];             /* what they were derived from, for the info line */
-	char bar1_miss[96];        /* the first sysfs file that gave no BAR1 size */
+	char why[160];      /* what they were derived from, for the info line */
+	char bar1_miss[96]; /* the first sysfs file that gave no BAR1 size */
 };
 const struct gdr_cuda_devices *gdr_cuda_devices(void);
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
@@ -58,6 +58,5 @@ GDR_HIDDEN void gdr_cuda_context_return(void *borrowed);
 GDR_HIDDEN void gdr_cuda_contexts_changed(void);
 /* Whether the device's primary context is active: 1, 0, or -1 (cannot tell). */
 GDR_HIDDEN int gdr_cuda_primary_active(gdr_CUdevice dev);
-
 
 #endif /* GDR_CUDA_H */

@@ -42,7 +42,7 @@ enum {
 	GDR_CU_POINTER_ATTRIBUTE_MAPPED = 13,           /* bool */
 	GDR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17,   /* CUmemoryPool: non-NULL for pool memory */
 	GDR_CU_POINTER_ATTRIBUTE_MAPPING_SIZE = 18,     /* size_t (CUDA 12.x) */
-	GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19,/* CUdeviceptr (CUDA 12.x) */
+	GDR_CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR = 19, /* CUdeviceptr (CUDA 12.x) */
 };
 
 /* CUmemorytype */

@@ -45,7 +45,7 @@ static uint64_t bar1_size(int dev)
 
 static void devices_init(void)
 {
-	int (*total_mem)(size_t *bytes, int dev) = NULL;
+	int (*total_mem)(size_t * bytes, int dev) = NULL;
 	void *h = gdr_cuda_libcuda_handle();
 	int n = gdr_cuda_device_count();
 
@@ -61,8 +61,9 @@ static void devices_init(void)
 		dev_facts.mem += mem;
 		dev_facts.ndev += bar1 || mem;
 	}
-	snprintf(dev_facts.why, sizeof(dev_facts.why), "%d GPU%s: BAR1 %" PRIu64 " MiB%s%s, memory %"
-		 PRIu64 " MiB", dev_facts.ndev, dev_facts.ndev == 1 ? "" : "s", dev_facts.bar1 >> 20,
+	snprintf(dev_facts.why, sizeof(dev_facts.why),
+		 "%d GPU%s: BAR1 %" PRIu64 " MiB%s%s, memory %" PRIu64 " MiB", dev_facts.ndev,
+		 dev_facts.ndev == 1 ? "" : "s", dev_facts.bar1 >> 20,
 		 dev_facts.bar1_miss[0] ? " (not in " : "", dev_facts.bar1_miss[0] ? "sysfs)" : "",
 		 dev_facts.mem >> 20);
 }

@@ -25,6 +25,8 @@
  *  params  its C parameters (lib/cuda/cuda_abi.h's types), args: their names as passed on; a and
  *          b are expressions of them, read after the call (ALLOC) or before it.
  */
+/* A table laid out by hand: */
+/* clang-format off */
 /*        name                          kind   route                     fake   params, args, a, b */
 GDR_ENTRY(cuMemFree_v2,                 FREE,  GDR_FREE_MEM_FREE,        SIM,   (gdr_CUdeviceptr p),
 	  (p), p, 0)
@@ -74,4 +76,5 @@ GDR_ENTRY(cuMemCreate,                  ALLOC, NONE,                     SIM,
 GDR_ENTRY(cuMemMap,                     ALLOC, NONE,                     SIM,
 	  (gdr_CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f),
 	  (p, n, off, h, f), p, n)
+/* clang-format on */
 #undef GDR_ENTRY

@@ -12,7 +12,7 @@
 #include "intercept/events.h"
 
 struct slot {
-	uint64_t seq;   /* number of the event stored + 1; 0: never written */
+	uint64_t seq; /* number of the event stored + 1; 0: never written */
 	uint64_t start, len;
 	uint32_t kind;
 };

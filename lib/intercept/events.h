@@ -25,14 +25,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GDR_EVENTS_RING 4096u          /* a power of two */
-#define GDR_EVENT_ALL_LEN UINT64_MAX   /* len of an event that frees everything (context destroyed) */
-#define GDR_INFLIGHT_SLOTS 64u         /* frees announced at once; more count as "everything" */
+#define GDR_EVENTS_RING 4096u        /* a power of two */
+#define GDR_EVENT_ALL_LEN UINT64_MAX /* len of an event that frees everything (context destroyed) */
+#define GDR_INFLIGHT_SLOTS 64u       /* frees announced at once; more count as "everything" */
 
 enum gdr_event_kind {
-	GDR_EV_FREE = 0,   /* [start, start+len) freed; len 0: the allocation at start */
-	GDR_EV_ALLOC = 1,  /* [start, start+len) newly allocated */
-	GDR_EV_CTX = 2,    /* a context's memory was freed: every cached allocation is asked again */
+	GDR_EV_FREE = 0,  /* [start, start+len) freed; len 0: the allocation at start */
+	GDR_EV_ALLOC = 1, /* [start, start+len) newly allocated */
+	GDR_EV_CTX = 2,   /* a context's memory was freed: every cached allocation is asked again */
 };
 
 struct gdr_event {

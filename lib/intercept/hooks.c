@@ -123,20 +123,20 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
 
 /* The hooks come from intercept/entries.h, one a row, made by its kind's macro (FREE_HOOK, CTX_HOOK,
  * ALLOC_HOOK): h_<name> calls its own original, o_<name>, which the patcher fills in. */
-#define CALL_ORIG(name, params, args)                                                           \
+#define CALL_ORIG(name, params, args)                                                              \
 	((gdr_CUresult(*) params)__atomic_load_n(&o_##name, __ATOMIC_ACQUIRE)) args
 
-#define FREE_HOOK(name, route, params, args, start, len)                                        \
-	static void *o_##name;                                                                  \
-	static gdr_CUresult h_##name params                                                     \
-	{                                                                                       \
-		struct free_scope fs;                                                           \
-		gdr_CUresult rc;                                                                \
-                                                                                                \
-		free_begin(&fs, route, start, len);                                             \
-		rc = CALL_ORIG(name, params, args);                                             \
-		free_end(&fs);                                                                  \
-		return rc;                                                                      \
+#define FREE_HOOK(name, route, params, args, start, len)                                           \
+	static void *o_##name;                                                                     \
+	static gdr_CUresult h_##name params                                                        \
+	{                                                                                          \
+		struct free_scope fs;                                                              \
+		gdr_CUresult rc;                                                                   \
+                                                                                                   \
+		free_begin(&fs, route, start, len);                                                \
+		rc = CALL_ORIG(name, params, args);                                                \
+		free_end(&fs);                                                                     \
+		return rc;                                                                         \
 	}
 
 #define ALL GDR_EVENT_ALL_LEN
@@ -172,17 +172,17 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 	free_end(fs);
 }
 
-#define CTX_HOOK(name, route, params, args, release, dev)                                       \
-	static void *o_##name;                                                                  \
-	static gdr_CUresult h_##name params                                                     \
-	{                                                                                       \
-		struct free_scope fs;                                                           \
-		gdr_CUresult rc;                                                                \
-                                                                                                \
-		ctx_begin(&fs, route);                                                          \
-		rc = CALL_ORIG(name, params, args);                                             \
-		ctx_end(&fs, release, dev);                                                     \
-		return rc;                                                                      \
+#define CTX_HOOK(name, route, params, args, release, dev)                                          \
+	static void *o_##name;                                                                     \
+	static gdr_CUresult h_##name params                                                        \
+	{                                                                                          \
+		struct free_scope fs;                                                              \
+		gdr_CUresult rc;                                                                   \
+                                                                                                   \
+		ctx_begin(&fs, route);                                                             \
+		rc = CALL_ORIG(name, params, args);                                                \
+		ctx_end(&fs, release, dev);                                                        \
+		return rc;                                                                         \
 	}
 
 /* ---- Allocation hooks --------------------------------------------------------------------------- */
@@ -198,23 +198,23 @@ static bool oom_relieve(void)
 
 /* Calls the original; on OUT_OF_MEMORY relieves and calls it once more; on success publishes the
  * range [va, va + size) (size 0: none, e.g. cuMemCreate's handle). An allocation has no route. */
-#define ALLOC_HOOK(name, no_route, params, args, va, size)                                      \
-	static void *o_##name;                                                                  \
-	static gdr_CUresult h_##name params                                                     \
-	{                                                                                       \
-		gdr_CUresult rc;                                                                \
-                                                                                                \
-		hook_depth++;                                                                   \
-		rc = CALL_ORIG(name, params, args);                                             \
-		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                      \
-			rc = CALL_ORIG(name, params, args);                                     \
-			if (rc == GDR_CUDA_SUCCESS)                                             \
-				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);      \
-		}                                                                               \
-		if (rc == GDR_CUDA_SUCCESS && (size) != 0)                                      \
-			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);    \
-		hook_depth--;                                                                   \
-		return rc;                                                                      \
+#define ALLOC_HOOK(name, no_route, params, args, va, size)                                         \
+	static void *o_##name;                                                                     \
+	static gdr_CUresult h_##name params                                                        \
+	{                                                                                          \
+		gdr_CUresult rc;                                                                   \
+                                                                                                   \
+		hook_depth++;                                                                      \
+		rc = CALL_ORIG(name, params, args);                                                \
+		if (rc == GDR_CUDA_ERROR_OUT_OF_MEMORY && oom_relieve()) {                         \
+			rc = CALL_ORIG(name, params, args);                                        \
+			if (rc == GDR_CUDA_SUCCESS)                                                \
+				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);         \
+		}                                                                                  \
+		if (rc == GDR_CUDA_SUCCESS && (size) != 0)                                         \
+			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);       \
+		hook_depth--;                                                                      \
+		return rc;                                                                         \
 	}
 
 /* ---- The hooks and the table --------------------------------------------------------------------
@@ -222,7 +222,7 @@ static bool oom_relieve(void)
  * its hook, and its patch target. `required`: events are sure only if it is patched wherever
  * libcuda has it (an allocation hook is relief and a belt to the free events' braces: its absence
  * costs no correctness). */
-#define GDR_ENTRY(name, kind, route, fake, params, args, a, b)                                  \
+#define GDR_ENTRY(name, kind, route, fake, params, args, a, b)                                     \
 	kind##_HOOK(name, route, params, args, a, b)
 #include "intercept/entries.h"
 
@@ -232,17 +232,18 @@ static bool oom_relieve(void)
 #define ROUTE_BIT_CTX(route) | 1u << (route)
 #define ROUTE_BIT_ALLOC(no_route)
 #define GDR_ENTRY(name, kind, route, ...) ROUTE_BIT_##kind(route)
-_Static_assert((0u
+_Static_assert(
+	(0u
 #include "intercept/entries.h"
-		) == (1u << GDR_FREE_ROUTES) - 1,
-	       "intercept/entries.h: a route without an entry point, or an entry point outside them");
+	 ) == (1u << GDR_FREE_ROUTES) - 1,
+	"intercept/entries.h: a route without an entry point, or an entry point outside them");
 
 struct target {
 	const char *name;
 	void *hook;
 	void **orig;
 	bool required;
-	int state;  /* 0 patched; -ENOENT not in this libcuda; other -errno: refused */
+	int state; /* 0 patched; -ENOENT not in this libcuda; other -errno: refused */
 	const char *why;
 };
 
@@ -250,7 +251,7 @@ struct target {
 #define REQUIRED_CTX true
 #define REQUIRED_ALLOC false
 static struct target targets[] = {
-#define GDR_ENTRY(name, kind, ...)                                                              \
+#define GDR_ENTRY(name, kind, ...)                                                                 \
 	{ #name, (void *)h_##name, &o_##name, REQUIRED_##kind, -ENOENT, NULL },
 #include "intercept/entries.h"
 };
@@ -281,7 +282,8 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 				nok++;
 			} else if (!install_rc) {
 				install_rc = t->state;
-				snprintf(install_why, sizeof(install_why), "%s: %s", t->name, t->why);
+				snprintf(install_why, sizeof(install_why), "%s: %s", t->name,
+					 t->why);
 			}
 		} else if (t->state) {
 			nalloc_fail++;
@@ -294,10 +296,13 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		snprintf(install_why, sizeof(install_why), "libcuda exports no free function");
 	}
 	if (nalloc_fail)
-		gdr_warn("%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
-			 "relief through them", nalloc_fail, first_alloc_fail, alloc_why);
+		gdr_warn(
+			"%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
+			"relief through them",
+			nalloc_fail, first_alloc_fail, alloc_why);
 	gdr_info("CUDA free interception: %d of %d free entry points patched, %d entries in the "
-		 "one-byte form%s", nok, nreq, nshort,
+		 "one-byte form%s",
+		 nok, nreq, nshort,
 		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
 }
 
@@ -354,12 +359,18 @@ static const struct {
 	int version;
 	uint64_t flags;
 } gpa_asks[] = {
-	{ "cuMemFree", 3020, 0 },        { "cuMemFreeAsync", 11020, 0 },
-	{ "cuMemFreeAsync", 11020, 2 },  { "cuMemFreeHost", 2000, 0 },
-	{ "cuMemUnmap", 10020, 0 },      { "cuIpcCloseMemHandle", 4010, 0 },
-	{ "cuCtxDestroy", 4000, 0 },     { "cuDevicePrimaryCtxRelease", 11000, 0 },
-	{ "cuDevicePrimaryCtxReset", 11000, 0 }, { "cuDevicePrimaryCtxRelease", 7000, 0 },
-	{ "cuMemFree", 12000, 0 },       { "cuMemFreeAsync", 12000, 0 },
+	{ "cuMemFree", 3020, 0 },
+	{ "cuMemFreeAsync", 11020, 0 },
+	{ "cuMemFreeAsync", 11020, 2 },
+	{ "cuMemFreeHost", 2000, 0 },
+	{ "cuMemUnmap", 10020, 0 },
+	{ "cuIpcCloseMemHandle", 4010, 0 },
+	{ "cuCtxDestroy", 4000, 0 },
+	{ "cuDevicePrimaryCtxRelease", 11000, 0 },
+	{ "cuDevicePrimaryCtxReset", 11000, 0 },
+	{ "cuDevicePrimaryCtxRelease", 7000, 0 },
+	{ "cuMemFree", 12000, 0 },
+	{ "cuMemFreeAsync", 12000, 0 },
 };
 
 static int probe_rc = -ENODEV;
@@ -401,8 +412,10 @@ static void probe_once(void)
 		if (gpa1 && gpa_asks[i].version < 12000)
 			gpa1(gpa_asks[i].sym, &f1, gpa_asks[i].version, gpa_asks[i].flags);
 		if ((f2 && !gdr_patch_is_patched(f2)) || (f1 && !gdr_patch_is_patched(f1))) {
-			probe_fail(-ENOSYS, "cuGetProcAddress(\"%s\") hands out a function that is "
-				   "not libcuda's exported entry", gpa_asks[i].sym);
+			probe_fail(-ENOSYS,
+				   "cuGetProcAddress(\"%s\") hands out a function that is "
+				   "not libcuda's exported entry",
+				   gpa_asks[i].sym);
 			return;
 		}
 	}
@@ -432,8 +445,9 @@ static void probe_once(void)
 	/* (c) a direct call from a program linked with -lcuda: what the global scope binds */
 	fr2 = rc ? NULL : dlsym(RTLD_DEFAULT, "cuMemFree_v2");
 	if (fr2)
-		rc = probe_path(alloc, (free_fn)fr2, &why,
-				"a free through dlsym(RTLD_DEFAULT, \"cuMemFree_v2\") was not seen");
+		rc = probe_path(
+			alloc, (free_fn)fr2, &why,
+			"a free through dlsym(RTLD_DEFAULT, \"cuMemFree_v2\") was not seen");
 	gdr_cuda_context_return(borrowed);
 	if (rc)
 		probe_fail(rc, "%s", why);
@@ -484,9 +498,12 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 void gdr_hooks_stats_line(char *buf, size_t n)
 {
 	static const char *const names[GDR_FREE_ROUTES] = {
-		[GDR_FREE_MEM_FREE] = "cuMemFree",          [GDR_FREE_MEM_FREE_ASYNC] = "cuMemFreeAsync",
-		[GDR_FREE_MEM_FREE_HOST] = "cuMemFreeHost", [GDR_FREE_MEM_UNMAP] = "cuMemUnmap",
-		[GDR_FREE_IPC_CLOSE] = "cuIpcCloseMemHandle", [GDR_FREE_CTX] = "context",
+		[GDR_FREE_MEM_FREE] = "cuMemFree",
+		[GDR_FREE_MEM_FREE_ASYNC] = "cuMemFreeAsync",
+		[GDR_FREE_MEM_FREE_HOST] = "cuMemFreeHost",
+		[GDR_FREE_MEM_UNMAP] = "cuMemUnmap",
+		[GDR_FREE_IPC_CLOSE] = "cuIpcCloseMemHandle",
+		[GDR_FREE_CTX] = "context",
 	};
 	size_t off = 0;
 
@@ -496,9 +513,11 @@ void gdr_hooks_stats_line(char *buf, size_t n)
 					(unsigned long long)__atomic_load_n(&hs.frees[i],
 									    __ATOMIC_RELAXED));
 	if (off < n)
-		snprintf(buf + off, n - off, "; pins released in frees %llu, deferred %llu; "
-			 "out-of-memory reliefs %llu (%llu retries succeeded); %llu ns in free hooks",
-			 (unsigned long long)hs.released, (unsigned long long)hs.deferred,
-			 (unsigned long long)hs.oom_relief, (unsigned long long)hs.oom_retry_ok,
-			 (unsigned long long)hs.free_ns);
+		snprintf(
+			buf + off, n - off,
+			"; pins released in frees %llu, deferred %llu; "
+			"out-of-memory reliefs %llu (%llu retries succeeded); %llu ns in free hooks",
+			(unsigned long long)hs.released, (unsigned long long)hs.deferred,
+			(unsigned long long)hs.oom_relief, (unsigned long long)hs.oom_retry_ok,
+			(unsigned long long)hs.free_ns);
 }

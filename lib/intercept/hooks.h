@@ -12,7 +12,6 @@
 
 #include "common/defs.h"
 
-
 /* hooks.c */
 /* Patch libcuda's free and allocation entry points (once, from gdr_cuda_load). fresh: libcuda was
  * loaded by this call's caller, so no thread can be inside it. The outcome is what

@@ -277,8 +277,8 @@ static uintptr_t page_new(const struct gdr_patch_arch *a, uintptr_t target, size
 
 /* Writes target's stub and orig into a slot of trampoline memory within reach: the slot, or NULL
  * (-ENOMEM). The slot's page is read+execute again on return. */
-static uint8_t *slot_write(const struct gdr_patch_arch *a, const void *target,
-			   const uint8_t *code, unsigned moved, const void *hook, size_t page)
+static uint8_t *slot_write(const struct gdr_patch_arch *a, const void *target, const uint8_t *code,
+			   unsigned moved, const void *hook, size_t page)
 {
 	uintptr_t t = (uintptr_t)target, lo = t - a->reach, hi = t + a->reach - page;
 	unsigned i;
@@ -287,7 +287,8 @@ static uint8_t *slot_write(const struct gdr_patch_arch *a, const void *target,
 	if (t < a->reach)
 		lo = 0;
 	for (i = 0; i < npages; i++) {
-		if (pages[i].base < lo || pages[i].base > hi || pages[i].used + GDR_PATCH_SLOT > page)
+		if (pages[i].base < lo || pages[i].base > hi ||
+		    pages[i].used + GDR_PATCH_SLOT > page)
 			continue;
 		/* Others of its trampolines may be running: keep it executable while writing. */
 		if (!mprotect((void *)pages[i].base, page, PROT_READ | PROT_WRITE | PROT_EXEC))
@@ -318,7 +319,8 @@ static uint8_t *slot_write(const struct gdr_patch_arch *a, const void *target,
 static void slot_unwrite(const uint8_t *slot)
 {
 	for (unsigned i = 0; i < npages; i++)
-		if (pages[i].used && (uintptr_t)slot == pages[i].base + pages[i].used - GDR_PATCH_SLOT)
+		if (pages[i].used &&
+		    (uintptr_t)slot == pages[i].base + pages[i].used - GDR_PATCH_SLOT)
 			pages[i].used -= GDR_PATCH_SLOT;
 }
 
@@ -499,11 +501,16 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
 			return rc ? refuse(why, short_why, rc) : 0;
 		if (!(flags & GDR_PATCH_QUIESCENT))
-			return refuse(why, "the one-byte jump's stub address is taken, and threads may be "
-				      "running the function (five-byte jump unsafe)", -EBUSY);
+			return refuse(
+				why,
+				"the one-byte jump's stub address is taken, and threads may be "
+				"running the function (five-byte jump unsafe)",
+				-EBUSY);
 	} else if (!a->entry_is_one_insn && !(flags & GDR_PATCH_QUIESCENT)) {
-		return refuse(why, "threads may be running the function (multi-instruction rewrite "
-			      "unsafe)", -EBUSY);
+		return refuse(why,
+			      "threads may be running the function (multi-instruction rewrite "
+			      "unsafe)",
+			      -EBUSY);
 	}
 	moved = decode(a, code, avail, why);
 	if (moved < 0)

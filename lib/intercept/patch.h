@@ -47,9 +47,10 @@
  *   other     -errno of opening or reading /proc/self/maps */
 int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, const char **why);
 /* flags */
-#define GDR_PATCH_QUIESCENT 1u /* no thread can be running target now (it was just loaded): an entry
-				  of several instructions may be rewritten */
-#define GDR_PATCH_NO_SHORT 2u  /* x86-64: skip the one-byte form (tests of the five-byte one) */
+#define GDR_PATCH_QUIESCENT                                                                        \
+	1u                    /* no thread can be running target now (it was just loaded): an entry
+				 of several instructions may be rewritten */
+#define GDR_PATCH_NO_SHORT 2u /* x86-64: skip the one-byte form (tests of the five-byte one) */
 
 /* Whether fn is the entry of a function this process patched. Lock-free, async-signal-safe. */
 bool gdr_patch_is_patched(const void *fn);
@@ -66,8 +67,8 @@ unsigned gdr_patch_bytes(const void *fn);
 #define GDR_PATCH_MAX_MOVED 32
 
 struct gdr_patch_arch {
-	unsigned entry_len;	/* bytes the branch written at the entry covers */
-	uintptr_t reach;	/* farthest any byte of trampoline memory may be from the target */
+	unsigned entry_len; /* bytes the branch written at the entry covers */
+	uintptr_t reach;    /* farthest any byte of trampoline memory may be from the target */
 	/* Length of the one instruction at code (avail bytes readable, never read beyond the
 	 * instruction), if it is fully decoded and can run at another address; else -ENOTSUP and
 	 * *why. */

@@ -7,9 +7,10 @@
 #include <infiniband/verbs.h>
 
 struct gdr_verbs_ops {
-	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access);
-	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
-					int fd, int access);
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				 int access);
+	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len,
+					uint64_t iova, int fd, int access);
 	int (*dereg_mr)(struct ibv_mr *mr);
 };
 /* libibverbs itself: what a cache uses unless it was given another table (cache/seams.h). */

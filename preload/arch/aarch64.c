@@ -6,6 +6,7 @@
 /* hint #34 is "bti c" (a no-op without BTI); x16 may branch to a "bti c" landing pad. The frame
  * record keeps unwinders and profilers walking through; x30 is restored before the branch, so the
  * function reached returns to our caller. */
+/* clang-format off */
 __asm__(".text\n\t"
 	GDRP_ENTRY("dlsym")
 	".cfi_startproc\n\t"
@@ -48,3 +49,4 @@ __asm__(".text\n\t"
 	".cfi_endproc\n\t"
 	GDRP_END("dlvsym")
 	".previous");
+/* clang-format on */

@@ -10,6 +10,7 @@
 #endif
 /* On entry %rsp is 8 past a 16-byte boundary: two pushes and 8 bytes (dlsym), three pushes
  * (dlvsym) realign it for the call. */
+/* clang-format off */
 __asm__(".text\n\t"
 	GDRP_ENTRY("dlsym")
 	".cfi_startproc\n\t"
@@ -50,3 +51,4 @@ __asm__(".text\n\t"
 	".cfi_endproc\n\t"
 	GDRP_END("dlvsym")
 	".previous");
+/* clang-format on */

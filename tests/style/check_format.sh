@@ -10,8 +10,10 @@
 #   CLANG_FORMAT   the clang-format to run (default clang-format-14, else a clang-format that is
 #                  version 14: other versions format differently)
 # Exit status: 0 every file is formatted, 1 some are not, 2 usage, 77 no clang-format 14 (skipped).
-# What clang-format would change in FILE: clang-format-14 --style=file FILE | diff -u FILE -
-# Formatting a file in place: clang-format-14 -i --style=file FILE
+# The formatting is clang-format's, then tests/style/align_comments.py's (the further lines of a
+# trailing comment under its text: clang-format leaves them where they were).
+# What would change in FILE: tests/style/format.sh --diff FILE; formatting in place:
+# tests/style/format.sh FILE... (no FILE: every checked file).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -67,7 +69,7 @@ done
 bad=() nlines=0
 for f in "${files[@]}"; do
 	[[ -f $f ]] || continue	# tracked but deleted in the work tree
-	if ! formatted=$("$cf" --style=file "$f"); then
+	if ! formatted=$("$cf" --style=file "$f" | python3 tests/style/align_comments.py); then
 		echo "check_format: $cf failed on $f"
 		bad+=("$f")
 		continue
@@ -81,7 +83,7 @@ for f in "${files[@]}"; do
 done
 if ((${#bad[@]})); then
 	echo "check_format: ${#bad[@]} of ${#files[@]} files differ from $cf's formatting ($nlines lines);" \
-		"see: $cf --style=file FILE | diff -u FILE -"
+		"see: tests/style/format.sh --diff FILE; fix: tests/style/format.sh FILE"
 	exit 1
 fi
 echo "check_format: ${#files[@]} files formatted as .clang-format says ($cf)"

@@ -53,19 +53,19 @@ static int insn_len(const uint8_t *code, size_t avail, const char **why)
 		return bad(why, "TBZ/TBNZ");
 	if ((insn & 0x3b000000) == 0x18000000)
 		return bad(why, "LDR/LDRSW/PRFM (literal)");
-	if ((insn & 0xfffff01f) == 0xd503201f)	/* hints: NOP, BTI, PACIASP, ... */
+	if ((insn & 0xfffff01f) == 0xd503201f) /* hints: NOP, BTI, PACIASP, ... */
 		return INSN_LEN;
-	if ((insn & 0x3a000000) == 0x28000000)	/* load/store pair, all addressing forms */
+	if ((insn & 0x3a000000) == 0x28000000) /* load/store pair, all addressing forms */
 		return INSN_LEN;
-	if ((insn & 0x3b000000) == 0x39000000)	/* load/store register, unsigned offset */
+	if ((insn & 0x3b000000) == 0x39000000) /* load/store register, unsigned offset */
 		return INSN_LEN;
 	if ((insn & 0x3b200000) == 0x38000000 && (insn & 0xc00) != 0x800) /* unscaled, pre, post */
 		return INSN_LEN;
-	if ((insn & 0x1f800000) == 0x11000000)	/* add/sub immediate */
+	if ((insn & 0x1f800000) == 0x11000000) /* add/sub immediate */
 		return INSN_LEN;
-	if ((insn & 0x1f000000) == 0x0a000000)	/* logical, shifted register */
+	if ((insn & 0x1f000000) == 0x0a000000) /* logical, shifted register */
 		return INSN_LEN;
-	if ((insn & 0x1f800000) == 0x12800000)	/* move wide immediate */
+	if ((insn & 0x1f800000) == 0x12800000) /* move wide immediate */
 		return INSN_LEN;
 	return bad(why, "instruction not classified as movable");
 }

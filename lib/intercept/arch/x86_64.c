@@ -99,8 +99,17 @@ static int insn_len(const uint8_t *code, size_t avail, const char **why)
 	}
 	op = code[i];
 	switch (op) {
-	case 0x01: case 0x03: case 0x29: case 0x2b: case 0x31: case 0x33:
-	case 0x39: case 0x3b: case 0x85: case 0x89: case 0x8b:
+	case 0x01:
+	case 0x03:
+	case 0x29:
+	case 0x2b:
+	case 0x31:
+	case 0x33:
+	case 0x39:
+	case 0x3b:
+	case 0x85:
+	case 0x89:
+	case 0x8b:
 		if (avail < i + 2)
 			return bad(why, "instruction runs past the readable bytes");
 		if (code[i + 1] >> 6 != 3)
@@ -120,7 +129,14 @@ static int insn_len(const uint8_t *code, size_t avail, const char **why)
 		if (avail < i + (op == 0x83 ? 3 : 6))
 			return bad(why, "instruction runs past the readable bytes");
 		return i + (op == 0x83 ? 3 : 6);
-	case 0xb8: case 0xb9: case 0xba: case 0xbb: case 0xbc: case 0xbd: case 0xbe: case 0xbf:
+	case 0xb8:
+	case 0xb9:
+	case 0xba:
+	case 0xbb:
+	case 0xbc:
+	case 0xbd:
+	case 0xbe:
+	case 0xbf:
 		if (avail < i + (rexw ? 9 : 5))
 			return bad(why, "instruction runs past the readable bytes");
 		return i + (rexw ? 9 : 5);
