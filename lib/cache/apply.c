@@ -15,7 +15,7 @@
 
 /* Cache locks this thread holds: an intercepted free on this thread must not wait for one. */
 __thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
-/* Set while this thread applies events for the hooks (no recursion from cache_unlock). */
+/* Set while this thread applies events for the hooks (no recursion from gdr_cache_unlock). */
 __thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
 
 /* ---- free events (mode events) ------------------------------------------------------------------ */

@@ -3,7 +3,7 @@
  * (what the locked path searches and walks), and a hash of their registration records by granule
  * that the lock-free hit path searches in O(1), changed in place under the cache lock
  * (index.h says how a reader stays safe). Old hash tables are freed after a grace period
- * (thread.c), by cache.c. */
+ * (thread.c), by record.c. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -24,7 +24,7 @@ struct gdr_region;
  * reader trusts a record only after checking that it serves the request (its range lies in its
  * entry's), then checks its state: a torn or stale view can only make it miss, and a miss takes
  * the locked path. A record leaves the hash before it is retired, and records are reused only
- * after a grace period (cache.c). Growing or compacting makes a new table; the old one is freed
+ * after a grace period (record.c). Growing or compacting makes a new table; the old one is freed
  * after a grace period. */
 #define GDR_HIX_LEVELS 10
 #define GDR_HIX_EMPTY 0ULL

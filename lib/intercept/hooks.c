@@ -74,7 +74,7 @@ static struct {
 } hs;
 
 /* Releases left for later (nested or lock-holding callers): done at the end of the outer hook or
- * by the next cache_unlock (cache.c reads it). */
+ * by the next gdr_cache_unlock (lib/cache/record.c reads it). */
 int gdr_hooks_release_pending;
 
 static uint64_t now_ns(void)

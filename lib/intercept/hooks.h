@@ -18,7 +18,7 @@
  * gdr_events_probe() starts from. */
 GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
 /* Set when a free's pin release was left for later (nested hook, or a thread holding a cache
- * lock): cache_unlock() and the outermost hook apply events while it is set. */
+ * lock): gdr_cache_unlock() and the outermost hook apply events while it is set. */
 extern GDR_HIDDEN int gdr_hooks_release_pending;
 /* Whether the free interception works in this process, proven once by a test allocation freed
  * through each path a program may use to reach the driver. 0, or -errno with *why (static text).

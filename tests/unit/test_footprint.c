@@ -57,7 +57,7 @@ static void test_bytes_per_entry(void **state)
 	printf("memory per entry, %d entries of a 1 MiB allocation and one record each: %zu bytes "
 	       "(entry %zu, its tags beyond the first %zu, record %zu, sorted index %zu, hash %zu: "
 	       "%.2f keys an entry, %.0f%% full); apart: the SYNC_MEMOPS set's item per allocation "
-	       "seen (cache.c: 72 bytes with its uthash handle) and 8 bytes per record per thread "
+	       "seen (miss.c: 72 bytes with its uthash handle) and 8 bytes per record per thread "
 	       "that holds it (hold counter)\n", N, per, entry / N, tags / N, records / N, index / N,
 	       hash / N, (double)keys / N, 100.0 * keys / (1ULL << c->index.hix->bits));
 	assert_true(per <= 512);
