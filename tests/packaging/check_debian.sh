@@ -153,7 +153,7 @@ if [[ $rc == 0 ]] && python3 - "$rootfs/tmp/gdr/info.json" "$v" <<'PY'; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["library"]["version"] == sys.argv[2], j["library"]
-assert j["config"]["GDRCACHE_LOG_FILE"]["default"] == "", j["config"]
+assert j["config"]["GDRCACHE_LOG_FILE"]["default"] == "stderr", j["config"]
 assert j["config"]["GDRCACHE_STATS"]["value"] == "0", j["config"]
 PY
 	pass "gdrcache_info -c --json in the root: valid JSON, version $v"
