@@ -5,6 +5,13 @@
 # real CUDA driver. Needs a build with tests (for tests/preload's fake libibverbs), carried:
 #   cmake -S . -B build/gpupre -DCMAKE_BUILD_TYPE=Release -DGDR_BUILD_EXAMPLES=OFF &&
 #   cmake --build build/gpupre --target bench_preload gdrcache_preload gdr_fake_ibverbs
+# Environment:
+#   GDR_BUILD    the build (default build/gpupre)
+#   ITERS        reg+dereg a thread (default 2000000)
+#   THREADS      thread counts (default "1 4 16")
+#   RUNS         runs of each (default 1): single-thread figures vary between runs on a VM
+#   OLD_PRELOAD  another libgdrcache-preload.so (an earlier tree's, built the same way), run the
+#                same way after this build's, for a before/after in one sitting
 # Output: $OUT/preload.txt.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,10 +20,15 @@ OUT=${OUT:-$ROOT/out-gpu}
 mkdir -p "$OUT"
 {
 	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
-	for mode in events tag; do
-		echo "## GDRCACHE_VALIDATE=$mode (the preload's cache and the library's)"
-		GDRCACHE_VALIDATE=$mode LD_PRELOAD="$B/lib/libgdrcache-preload.so" \
-			LD_LIBRARY_PATH="$B/tests/preload/fakeverbs:$B/lib" \
-			"$B/bench/bench_preload" "${ITERS:-2000000}"
+	for run in $(seq 1 "${RUNS:-1}"); do
+		for so in "$B/lib/libgdrcache-preload.so" ${OLD_PRELOAD:+"$OLD_PRELOAD"}; do
+			for mode in events tag; do
+				echo "## run $run, $so, GDRCACHE_VALIDATE=$mode (the preload's cache and the library's)"
+				# shellcheck disable=SC2086 # THREADS: a list
+				GDRCACHE_VALIDATE=$mode LD_PRELOAD="$so" \
+					LD_LIBRARY_PATH="$B/tests/preload/fakeverbs:$B/lib" \
+					"$B/bench/bench_preload" "${ITERS:-2000000}" ${THREADS:-1 4 16}
+			done
+		done
 	done
 } 2>&1 | tee "$OUT/preload.txt"

@@ -16,7 +16,8 @@
  *        gdr_reg on the cache; the program gets a shadow struct ibv_mr of its own (its addr and
  *        length, the cached MR's context, pd, handle and keys) holding one reference. Anything else,
  *        or a cache that fails, goes to libibverbs unchanged.
- *   ibv_dereg_mr@IBVERBS_1.1       a shadow: drop the reference (the MR stays cached), return 0
+ *   ibv_dereg_mr@IBVERBS_1.1       a shadow: drop the reference (the MR stays cached), return 0;
+ *                                  one released already: EINVAL, never passed to libibverbs
  *   ibv_rereg_mr@IBVERBS_1.1       a shadow: the provider is asked first (the same request on an
  *                                  MR of the preload's own): what it refuses is refused with its
  *                                  answer; otherwise register the new range, then drop the old one
@@ -64,6 +65,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "mrtab.h"
 #include "preload.h"
 
 /*
@@ -115,7 +117,9 @@ static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 int gdrp_log_level = GDR_LOG_WARN;
 
 /* Counters printed with GDRCACHE_STATS=1: one set a thread (a hit writes no line another thread
- * writes), summed when read. */
+ * writes), summed when read. A thread's own set is only written by it: a relaxed load and store
+ * (no locked instruction on the hit path); the shared set, where a thread's could not be
+ * allocated, is added to atomically. */
 struct counters {
 	uint64_t cached;   /* registrations served through the cache (shadow MRs handed out) */
 	uint64_t host;     /* passed through: not device memory */
@@ -142,21 +146,32 @@ static struct thread_counters *all_counters; /* pushed once a thread, never free
 static struct counters shared_counters;      /* a thread whose set could not be allocated */
 static __thread struct thread_counters *my_counters __attribute__((tls_model("initial-exec")));
 
-static struct counters *counters(void)
+static struct counters *counters_slow(void)
 {
-	struct thread_counters *t = my_counters;
+	struct thread_counters *t = calloc(1, sizeof(*t));
 
-	if (t)
-		return &t->c;
-	t = calloc(1, sizeof(*t));
 	if (!t)
-		return &shared_counters;
+		return NULL;
 	t->next = __atomic_load_n(&all_counters, __ATOMIC_RELAXED);
 	while (!__atomic_compare_exchange_n(&all_counters, &t->next, t, true, __ATOMIC_RELEASE,
 					    __ATOMIC_RELAXED))
 		;
 	my_counters = t;
 	return &t->c;
+}
+
+static inline void count_add(size_t off)
+{
+	struct counters *c = my_counters ? &my_counters->c : counters_slow();
+	uint64_t *p;
+
+	if (!c) {
+		__atomic_fetch_add((uint64_t *)((char *)&shared_counters + off), 1,
+				   __ATOMIC_RELAXED);
+		return;
+	}
+	p = (uint64_t *)((char *)c + off);
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 static uint64_t counters_sum(size_t off)
@@ -170,7 +185,7 @@ static uint64_t counters_sum(size_t off)
 	return n;
 }
 
-#define COUNT(field) __atomic_fetch_add(&counters()->field, 1, __ATOMIC_RELAXED)
+#define COUNT(field) count_add(offsetof(struct counters, field))
 #define LOAD(field) counters_sum(offsetof(struct counters, field))
 
 static const char *err_name(int err)
@@ -213,10 +228,14 @@ static void configure(void)
 	gdrp_debug("loaded%s", off ? " (GDRCACHE_DISABLE: pass-through)" : "");
 }
 
+/* Once configured (every call after start-up), one load: the thread that configured had run
+ * init first, so its store-release of configured publishes both. */
 static inline void setup(void)
 {
+	if (__atomic_load_n(&configured, __ATOMIC_ACQUIRE))
+		return;
 	pthread_once(&init_once, init);
-	if (!__atomic_load_n(&configured, __ATOMIC_ACQUIRE) && environ)
+	if (environ)
 		pthread_once(&config_once, configure);
 }
 
@@ -251,6 +270,7 @@ static void print_stats(const char *why)
 		{ "after_fork", NULL, LOAD(after_fork) },
 		{ "passthrough_other", NULL, LOAD(other) },
 		{ "rereg_refused", NULL, LOAD(rereg_refused) },
+		{ "records", NULL, gdrp_rec_count() },
 	};
 	char head[64];
 
@@ -303,8 +323,12 @@ static void cache_create(void)
 	}
 }
 
+/* The hit path's helpers (a cached registration and its release) are inlined into the entry
+ * points: each call and frame there is a fair part of a hit's cost. */
+#define HIT_PATH static inline __attribute__((always_inline))
+
 /* Whether the cache may serve this registration at all. */
-static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+HIT_PATH bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
 {
 	if (in_lib || disabled || __atomic_load_n(&forked, __ATOMIC_RELAXED) || !pd || !len)
 		return false;
@@ -319,33 +343,16 @@ static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, 
 	return true;
 }
 
-/* gdr_reg for a cacheable request. 0: *region holds a reference and *cmr is the cached MR.
- * cached_only: a hit or -ENOENT, with no driver call (GDR_REG_CACHED_ONLY). */
-static int cache_try(struct ibv_pd *pd, void *addr, size_t len, unsigned access, bool cached_only,
-		     struct gdr_region **region, struct ibv_mr **cmr)
+/* gdr_reg on c for a cacheable request (flags: GDR_REG_CACHED_ONLY or 0). 0: *region holds a
+ * reference and *cmr is the cached MR. */
+HIT_PATH int cache_get(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len,
+		       unsigned access, int flags, struct gdr_region **region, struct ibv_mr **cmr)
 {
 	enum gdr_mem_kind kind = GDR_MEM_HOST;
-	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
 	int rc;
 
-	if (cached_only) {
-		if (!c) /* no GPU registration yet: nothing cached */
-			return -ENOENT;
-		/* A hit has an MR of this pd: it was noted when that MR was made. */
-	} else {
-		pthread_once(&cache_once, cache_create);
-		c = cache;
-		if (!c)
-			return -ENODEV;
-		/* Known before the cache can hold an MR for it, so that ibv_dealloc_pd releases
-		 * them. */
-		rc = gdrp_pd_note(pd);
-		if (rc)
-			return rc;
-	}
 	in_lib++;
-	rc = gdr_reg(c, pd, addr, len, (int)access | (cached_only ? GDR_REG_CACHED_ONLY : 0),
-		     region);
+	rc = gdr_reg(c, pd, addr, len, (int)access | flags, region);
 	if (!rc) {
 		*cmr = NULL;
 		gdr_region_mem_kind(*region, &kind);
@@ -360,23 +367,45 @@ static int cache_try(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
 	return rc;
 }
 
-/* A cacheable request: a hit first, with no driver call; on a miss the driver says whether it is
- * GPU memory, and GPU memory is registered through the cache. 0 as cache_try; 1: host memory
- * (counted; the caller passes it through); else cache_try's error. */
-static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
-		     struct gdr_region **region, struct ibv_mr **cmr)
+/* Not a hit: the driver says whether it is GPU memory, and GPU memory is registered through the
+ * cache (made on first use). As cache_reg. */
+static __attribute__((noinline)) int cache_miss(struct ibv_pd *pd, void *addr, size_t len,
+						unsigned access, struct gdr_region **region,
+						struct ibv_mr **cmr)
 {
-	if (!cache_try(pd, addr, len, access, true, region, cmr))
-		return 0;
+	int rc;
+
 	if (!gdrp_is_gpu(addr)) {
 		COUNT(host);
 		return 1;
 	}
-	return cache_try(pd, addr, len, access, false, region, cmr);
+	pthread_once(&cache_once, cache_create);
+	if (!cache)
+		return -ENODEV;
+	/* Known before the cache can hold an MR for it, so that ibv_dealloc_pd releases them. */
+	rc = gdrp_pd_note(pd);
+	if (rc)
+		return rc;
+	return cache_get(cache, pd, addr, len, access, 0, region, cmr);
 }
 
-static void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd *pd, void *addr,
-			size_t len)
+/* A cacheable request: a hit first, with no driver call (GDR_REG_CACHED_ONLY; a hit has an MR of
+ * this pd, noted when that MR was made); on a miss, cache_miss. 0: *region holds a reference and
+ * *cmr is the cached MR; 1: host memory (counted; the caller passes it through); else an error of
+ * the cache. */
+HIT_PATH int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		       struct gdr_region **region, struct ibv_mr **cmr)
+{
+	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+
+	/* no cache yet: no GPU registration yet, nothing cached */
+	if (c && !cache_get(c, pd, addr, len, access, GDR_REG_CACHED_ONLY, region, cmr))
+		return 0;
+	return cache_miss(pd, addr, len, access, region, cmr);
+}
+
+HIT_PATH void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd *pd, void *addr,
+			  size_t len)
 {
 	s->context = m->context;
 	s->pd = pd;
@@ -387,7 +416,7 @@ static void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd 
 	s->rkey = m->rkey;
 }
 
-static void region_put(struct gdr_region *region)
+HIT_PATH void region_put(struct gdr_region *region)
 {
 	int rc;
 
@@ -423,14 +452,13 @@ static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint
 	if (r) {
 		r->kind = GDRP_CACHED;
 		r->region = region;
+		r->real = NULL;
 		r->access = (int)access;
 		shadow_fill(&r->mr, cmr, pd, addr, len);
-		if (!gdrp_rec_publish(r)) {
-			COUNT(cached);
-			errno = saved;
-			return &r->mr;
-		}
-		gdrp_rec_free(r);
+		gdrp_rec_publish(r);
+		COUNT(cached);
+		errno = saved;
+		return &r->mr;
 	}
 	gdrp_info("out of memory for an MR record: registering %p directly", addr);
 	region_put(region);
@@ -540,7 +568,7 @@ static int real_dereg(struct ibv_mr *mr)
 }
 
 /* Release what a record stands for and free it. Returns what ibv_dereg_mr returns. */
-static int rec_release(struct gdrp_rec *r)
+HIT_PATH int rec_release(struct gdrp_rec *r)
 {
 	int rc;
 
@@ -557,8 +585,7 @@ static int rec_release(struct gdrp_rec *r)
 	case GDRP_WRAPPED:
 		rc = real_dereg(r->real);
 		if (rc) {
-			if (gdrp_rec_publish(r))
-				gdrp_err("out of memory: MR %p is lost to ibv_dereg_mr", (void *)r);
+			gdrp_rec_publish(r); /* still the program's, as libibverbs leaves it */
 			return rc;
 		}
 		COUNT(released);
@@ -571,14 +598,25 @@ static int rec_release(struct gdrp_rec *r)
 	return 0;
 }
 
+/* A shadow released already (or being released on another thread) is refused as libibverbs refuses
+ * an MR it does not know, EINVAL; it never reaches libibverbs, whose provider would release the
+ * cached MR by the shadow's handle. */
 GDRP_SYMBOL("ibv_dereg_mr@@IBVERBS_1.1")
 int gdrp_dereg_mr(struct ibv_mr *mr)
 {
 	struct gdrp_rec *r;
+	int rc;
 
 	setup();
-	if (!in_lib && !disabled && mr && (r = gdrp_rec_take(mr)))
-		return rec_release(r);
+	if (!in_lib && !disabled && mr) {
+		rc = gdrp_rec_take(mr, &r);
+		if (!rc)
+			return rec_release(r);
+		if (rc == -EINVAL) {
+			gdrp_info("ibv_dereg_mr(%p): a cached MR released already", (void *)mr);
+			return EINVAL;
+		}
+	}
 	return real_dereg(mr);
 }
 
@@ -708,11 +746,15 @@ int gdrp_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, s
 	int rc;
 
 	setup();
-	if (!in_lib && !disabled && mr && (r = gdrp_rec_take(mr))) {
-		rc = rereg_shadow(r, flags, pd, addr, len, access);
-		if (gdrp_rec_publish(r))
-			gdrp_err("out of memory: MR %p is lost to ibv_dereg_mr", (void *)mr);
-		return rc;
+	if (!in_lib && !disabled && mr) {
+		rc = gdrp_rec_take(mr, &r);
+		if (!rc) {
+			rc = rereg_shadow(r, flags, pd, addr, len, access);
+			gdrp_rec_publish(r);
+			return rc;
+		}
+		if (rc == -EINVAL)
+			return rereg_input_error("released already");
 	}
 	PASS(rc, rereg_mr, mr, flags, pd, addr, len, access);
 	return real.rereg_mr ? rc : IBV_REREG_MR_ERR_INPUT;

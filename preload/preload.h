@@ -44,12 +44,8 @@ struct gdrp_rec {
 	int access;                /* for ibv_rereg_mr without IBV_REREG_MR_CHANGE_ACCESS */
 };
 
-/* mrtab.c: the records handed out and the PDs the cache has MRs for, behind one mutex. */
-struct gdrp_rec *gdrp_rec_new(void);
-void gdrp_rec_free(struct gdrp_rec *r);
-int gdrp_rec_publish(struct gdrp_rec *r);          /* 0 or -ENOMEM */
-struct gdrp_rec *gdrp_rec_take(struct ibv_mr *mr); /* unpublish; NULL: not ours */
-bool gdrp_rec_is_ours(struct ibv_mr *mr);
+/* mrtab.c: the records handed out (their hit path: mrtab.h) and the PDs the cache has MRs for. */
+uint64_t gdrp_rec_count(void);       /* records made so far (each is kept for reuse) */
 int gdrp_pd_note(struct ibv_pd *pd); /* 0 or -ENOMEM */
 bool gdrp_pd_known(struct ibv_pd *pd);
 void gdrp_pd_forget(struct ibv_pd *pd);

@@ -14,6 +14,8 @@
  *    local write is EINVAL; ibv_rereg_mr checks its input as libibverbs does, then answers as a
  *    provider that re-registers (flags 0: IBV_REREG_MR_ERR_CMD, EINVAL, as the kernel refuses
  *    it) or, after fake_ibv_set_rereg(0), as rxe and siw do (IBV_REREG_MR_ERR_CMD, EOPNOTSUPP);
+ *  - fork() at any time: its one lock is taken around it (pthread_atfork), as a program that
+ *    forks while other threads register needs of a real libibverbs;
  *  - today's rdma-core nodes (fake_ibverbs_new.map): ibv_reg_mr_ex (IBVERBS_1.15), ibv_alloc_buf,
  *    ibv_free_buf, ibv_reg_buf_mr (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the
  *    PLT as in rdma-core. Built with FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's.
@@ -66,6 +68,22 @@ static int rereg_supported = 1;
 static void count(int c)
 {
 	__atomic_fetch_add(&counts[c], 1, __ATOMIC_RELAXED);
+}
+
+/* fork() while other threads register: the child's one thread must find the lock free. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void fork_done(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+__attribute__((constructor)) static void fake_init(void)
+{
+	pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
 /* ---- Control API (FAKE_IBVERBS) ----------------------------------------------------------------- */
@@ -283,7 +301,7 @@ static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 	m->iova = iova;
 	m->magic = MR_MAGIC;
 	pthread_mutex_lock(&lock);
-	m->mr.handle = next_handle++;
+	m->mr.handle = __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED); /* PDs' too */
 	m->mr.lkey = next_key++;
 	m->mr.rkey = next_key++;
 	m->next = mrs;

@@ -32,7 +32,12 @@
 #                           GDRCACHE_STATS_SIGNAL writes the preload's counters
 #   nocuda NOCUDA           a program that never loads the CUDA driver: 200 host registrations make
 #                           the loader search for libcuda.so.1 at most once (LD_DEBUG=libs), and
-#                           get libibverbs' own MRs
+#                           get libibverbs' own MRs; the preload makes no shadow record (records 0)
+#   stress STRESS           shadow records under threads (stress_prog.c: releases on other threads,
+#                           concurrent double releases, a device closed under held shadows, fork()
+#                           while threads register); every shadow released exactly once (the
+#                           preload's released == cached), the records it made bounded by the
+#                           shadows live at once, not by the registrations
 #   same SAME               the same stdout (every call's outcome) and the same stderr with and without
 #                           the preload, over today's rdma-core and 44
 # Environment: GDRP_PRELOAD (the .so), GDRP_FAKEDIR / GDRP_FAKEDIR44 (the fake libibverbs'
@@ -244,7 +249,7 @@ newnodes)
 	;;
 nocuda)
 	prog=$1
-	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" LD_DEBUG=libs "$prog" 200 \
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" LD_DEBUG=libs GDRCACHE_STATS=1 "$prog" 200 \
 		>"$tmp/out" 2>"$tmp/dbg"
 	rc=$?
 	[ $rc -eq 77 ] && exit 77
@@ -259,6 +264,44 @@ nocuda)
 	else
 		fail "the loader searched for libcuda.so.1 $n times for 200 registrations"
 	fi
+	if grep -Eq 'gdrcache-preload\[[0-9]+\] stats: .* records 0( |$)' "$tmp/dbg"; then
+		pass "no shadow record made (its arena never reserved)"
+	else
+		fail "shadow records made, or no statistics: $(grep 'gdrcache-preload\[' "$tmp/dbg")"
+	fi
+	;;
+stress)
+	prog=$1
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=1 \
+		"$prog" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/out" "$tmp/err"
+	[ $rc -eq 77 ] && exit 77
+	[ $rc -eq 0 ] || fail "stress_prog exited $rc"
+	line=$(grep -E 'gdrcache-preload\[[0-9]+\] stats: ' "$tmp/err" | tail -1)
+	val() { echo "$line" | sed -nE "s/.* $1 ([0-9]+)( .*)?\$/\\1/p"; }
+	out() { sed -n "s/^$1 //p" "$tmp/out"; }
+	cached=$(val cached) released=$(val released) records=$(val records)
+	live=$(out 'max live shadows') threads=$(out threads) regs=$(out registrations)
+	if [ -z "$cached" ] || [ -z "$records" ] || [ -z "$live" ]; then
+		fail "no statistics, or no figures from stress_prog"
+	else
+		if [ "$cached" -ge "$regs" ] && [ "$released" -eq "$cached" ]; then
+			pass "$cached shadows handed out, each released exactly once"
+		else
+			fail "shadows: cached $cached, released $released, registrations $regs"
+		fi
+		# the preload keeps at most about a hundred free records a thread
+		bound=$((live + 128 * threads))
+		if [ "$records" -le "$bound" ] && [ $((records * 10)) -lt "$regs" ]; then
+			pass "$records shadow records for $regs registrations ($live live at most, $threads threads)"
+		else
+			fail "$records shadow records for $regs registrations: more than $bound"
+		fi
+	fi
+	grep -Eq 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' \
+		"$tmp/err" && fail "sanitizer report"
+	grep -E '^gdrcache(-preload)?\[[0-9]+\] (error|warn):' "$tmp/err" && fail "error or warning lines"
 	;;
 same)
 	same=$1
@@ -393,7 +436,7 @@ old)
 		fail "old_prog without the preload failed"
 	;;
 *)
-	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same|config ..."
+	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same|config|nocuda|stress ..."
 	exit 2
 	;;
 esac

@@ -118,6 +118,43 @@ static void test_cached(void)
 	gpu_free(buf);
 }
 
+/* A shadow released twice: the second ibv_dereg_mr is refused as libibverbs refuses an MR it does
+ * not know (EINVAL) and never reaches libibverbs (a real provider would release the cached MR by
+ * the shadow's handle); the cached MR's reference is dropped once. */
+static void test_double_dereg(void)
+{
+	char *buf = gpu_alloc(65536);
+	uint64_t reg0 = fcount("reg"), dereg0, bad0 = fcount("dereg_bad"), rereg0;
+	struct ibv_mr *a = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *b = ibv_reg_mr(pd, buf + 4096, 4096, IBV_ACCESS_LOCAL_WRITE), *c;
+	int rc;
+
+	CHECK(cached(a) && cached(b), "two shadows of one cached MR");
+	dereg0 = fcount("dereg");
+	CHECK(ibv_dereg_mr(a) == 0, "the first ibv_dereg_mr of a shadow: 0");
+	CHECK(ibv_dereg_mr(a) == EINVAL, "the second: EINVAL");
+	errno = 0;
+	rereg0 = fcount("rereg");
+	rc = ibv_rereg_mr(a, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(rc == IBV_REREG_MR_ERR_INPUT && errno == EINVAL && fcount("rereg") == rereg0,
+	      "ibv_rereg_mr of the released shadow: IBV_REREG_MR_ERR_INPUT, EINVAL (%d, %d)", rc,
+	      errno);
+	CHECK(fcount("dereg") == dereg0 && fcount("dereg_bad") == bad0,
+	      "neither reached libibverbs (dereg %llu, dereg_bad %llu)",
+	      (unsigned long long)(fcount("dereg") - dereg0),
+	      (unsigned long long)(fcount("dereg_bad") - bad0));
+	c = ibv_reg_mr(pd, buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(cached(c) && c != a && ibv_dereg_mr(a) == EINVAL && ibv_dereg_mr(c) == 0,
+	      "after another registration too: a record released is the last one reused");
+	CHECK(ibv_dereg_mr(b) == 0 && ibv_dereg_mr(b) == EINVAL,
+	      "the other shadow: released once, refused after");
+	c = ibv_reg_mr(pd, buf, 65536, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(cached(c) && fcount("reg") == reg0 + 1 && flive(pd) >= 1,
+	      "the cached MR stays registered: the next registration is a hit");
+	CHECK(ibv_dereg_mr(c) == 0 && fcount("dereg") == dereg0, "and released");
+	gpu_free(buf);
+}
+
 /* A hit asks the driver nothing (issue 16 item 4): the cache is tried before the memory is
  * classified. In mode events (the fake's probe passes) a hit makes no CUDA call at all. */
 static void test_hit_without_driver_call(void)
@@ -361,6 +398,8 @@ static void test_fork(void)
 		d0 = fcount("dereg");
 		CHECK(ibv_dereg_mr(mr) == 0 && fcount("dereg") == d0 && fcount("dereg_bad") == 0,
 		      "child: releasing an MR inherited from the parent's cache touches nothing");
+		CHECK(ibv_dereg_mr(mr) == EINVAL && fcount("dereg") == d0 && fcount("dereg_bad") == 0,
+		      "child: releasing it again is refused, EINVAL, and reaches nothing either");
 		fflush(stdout);
 		_exit(failures ? 1 : 0);
 	}
@@ -453,6 +492,7 @@ int main(int argc, char **argv)
 		test_disabled();
 	} else {
 		test_cached();
+		test_double_dereg();
 		test_hit_without_driver_call();
 		test_access_and_iova();
 		test_host();
