@@ -17,7 +17,7 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
-#include "cache/cache.h" /* white box: the cache's resolved configuration */
+#include "common/log.h" /* gdr_log_level */
 
 static void test_parse_size(void **state)
 {
@@ -51,6 +51,7 @@ static void test_environment(void **state)
 {
 	const struct gdr_config *cfg = gdr_config_get(); /* main() set the environment first */
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_MAX_ENTRIES, .max_entries = 7 };
+	struct gdr_cache_settings set;
 	struct gdr_cache *c;
 
 	(void)state;
@@ -63,9 +64,14 @@ static void test_environment(void **state)
 	assert_int_equal(gdr_log_level, GDR_LOG_ERROR);
 	/* An attribute overrides the environment for its cache only. */
 	assert_int_equal(gdr_cache_create(&a, &c), 0);
-	assert_int_equal(c->cfg.max_entries, 7);
-	assert_int_equal(c->cfg.max_bytes, 3ULL << 20);
-	assert_int_equal(c->backend->ops->id, GDR_BACKEND_PEERMEM);
+	assert_int_equal(gdr_cache_get_settings(c, &set, sizeof(set)), 0);
+	assert_int_equal(set.max_entries, 7);
+	assert_int_equal(set.max_entries_from, GDR_SETTING_ATTR);
+	assert_int_equal(set.max_bytes, 3ULL << 20);
+	assert_int_equal(set.max_bytes_from, GDR_SETTING_ENV);
+	assert_int_equal(set.max_pin_bytes_from, GDR_SETTING_DEFAULT);
+	assert_int_equal(set.backend, GDR_BACKEND_PEERMEM);
+	assert_int_equal(set.backend_from, GDR_SETTING_ENV);
 	assert_int_equal(gdr_cache_destroy(c), 0);
 }
 
