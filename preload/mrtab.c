@@ -195,13 +195,8 @@ void gdrp_rec_free_slow(struct gdrp_slot *s)
 		pool_put(s, s);
 		return;
 	}
-	s->next = NULL;
-	if (gdrp_kept_last)
-		gdrp_kept_last->next = s;
-	else
-		gdrp_kept = s;
-	gdrp_kept_last = s;
-	if (++gdrp_nkept <= GDRP_REC_KEEP)
+	gdrp_kept_append(s);
+	if (gdrp_nkept <= GDRP_REC_KEEP)
 		return;
 	/* Records released here but made on other threads: the oldest REC_BATCH to the pool. */
 	first = last = gdrp_kept;

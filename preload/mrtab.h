@@ -67,6 +67,18 @@ static inline void gdrp_rec_publish(struct gdrp_rec *r)
 	__atomic_store_n(&((struct gdrp_slot *)(void *)r)->state, GDRP_REC_LIVE, __ATOMIC_RELEASE);
 }
 
+/* s to the end of this thread's list of free records (reused oldest first). */
+static inline void gdrp_kept_append(struct gdrp_slot *s)
+{
+	s->next = NULL;
+	if (gdrp_kept_last)
+		gdrp_kept_last->next = s;
+	else
+		gdrp_kept = s;
+	gdrp_kept_last = s;
+	gdrp_nkept++;
+}
+
 /* A record never published, or taken: back to the thread's list (its end). */
 static inline void gdrp_rec_free(struct gdrp_rec *r)
 {
@@ -78,13 +90,7 @@ static inline void gdrp_rec_free(struct gdrp_rec *r)
 		gdrp_rec_free_slow(s);
 		return;
 	}
-	s->next = NULL;
-	if (gdrp_kept_last)
-		gdrp_kept_last->next = s;
-	else
-		gdrp_kept = s;
-	gdrp_kept_last = s;
-	gdrp_nkept++;
+	gdrp_kept_append(s);
 }
 
 /* 0: *r is mr's record, taken (unpublished) by this caller; -ENOENT: mr is not one of ours (a real
