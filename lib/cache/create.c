@@ -406,13 +406,7 @@ GDR_SYMVER("gdr_cache_get_stats@@GDRCACHE_0.2")
 int gdr_cache_get_stats_0_2(struct gdr_cache *c, struct gdr_cache_stats *stats);
 int gdr_cache_get_stats_0_2(struct gdr_cache *c, struct gdr_cache_stats *stats)
 {
-	GDR_KEEP_ERRNO();
-	struct gdr_cache_stats s;
-	int rc = gdr_cache_stats_get(c, stats ? &s : NULL);
-
-	if (!rc)
-		memcpy(stats, &s, GDR_STATS_SIZE_0_1);
-	return rc;
+	return gdr_cache_get_stats_ex(c, stats, GDR_STATS_SIZE_0_1);
 }
 
 GDR_EXPORT int gdr_cache_get_settings(const struct gdr_cache *c, struct gdr_cache_settings *s,
