@@ -336,19 +336,6 @@ static int fuzz_process(unsigned int seed)
 	return 0;	/* exiting gives back every pin and allocation */
 }
 
-static unsigned long long taint(void)
-{
-	unsigned long long v = 0;
-	FILE *f = fopen("/proc/sys/kernel/tainted", "r");
-
-	if (f) {
-		if (fscanf(f, "%llu", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	return v;
-}
-
 static long long orphans(void)
 {
 	long long v = -1;
@@ -388,7 +375,7 @@ int main(int argc, char **argv)
 	kt_require_devices();
 	sim = kt_sim_open();
 	kt_sim_fault(sim, NVP2P_SIM_FAULT_NONE, 0);
-	t0 = taint();
+	t0 = kt_taint();
 	if (chown("/dev/gdrcache", 0, TEST_GID))
 		kt_diag("chown /dev/gdrcache: %s", strerror(errno));
 	kt_diag("%d s, seed %u, %d threads per process", seconds, seed0, nthreads);
@@ -429,7 +416,7 @@ int main(int argc, char **argv)
 		 orphans());
 	kt_diag("sim: %llu pins made, %llu callbacks fired", (unsigned long long)st.total_pins,
 		(unsigned long long)st.callbacks_fired);
-	kt_check((taint() & bad) == (t0 & bad), "kernel not tainted (%llu -> %llu)", t0, taint());
+	kt_check((kt_taint() & bad) == (t0 & bad), "kernel not tainted (%llu -> %llu)", t0, kt_taint());
 	chown("/dev/gdrcache", 0, 0);
 	return kt_done();
 }

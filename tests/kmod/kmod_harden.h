@@ -20,8 +20,6 @@ extern int seconds;	/* how long a timed subtest runs (SECONDS, default 5) */
 
 /* kmod_harden_test.c */
 double now(void);
-/* /proc/sys/kernel/tainted */
-unsigned long long taint(void);
 /* A module parameter as a number; -1 if it does not exist. */
 long long param(const char *module, const char *name);
 /* Write a parameter of gdrcache. */

@@ -44,7 +44,7 @@ static int huge_pins(void *arg)
 
 void test_len(void)
 {
-	unsigned long long t0 = taint();
+	unsigned long long t0 = kt_taint();
 	struct nvp2p_sim_stats s0;
 	int ret;
 
@@ -54,7 +54,7 @@ void test_len(void)
 	kt_expect(huge_pins(NULL), 0, "root: PIN of 32 TiB, 1 TiB + 64 KiB, 128 TiB, 2^32 - 1 pages: refused");
 	ret = as_user(65534, TEST_GID, huge_pins, NULL);
 	kt_expect(ret, 0, "nobody: the same refused");
-	kt_check(taint() == t0, "kernel not tainted (taint %llu -> %llu)", t0, taint());
+	kt_check(kt_taint() == t0, "kernel not tainted (taint %llu -> %llu)", t0, kt_taint());
 	kt_check(wait_sim(s0.outstanding_pins, s0.outstanding_persistent, 1), "sim: no pin made");
 	chown("/dev/gdrcache", 0, 0);
 }
@@ -64,31 +64,10 @@ void test_len(void)
 static long long cg_read(const char *file)
 {
 	char path[128];
-	long long v = -1;
-	FILE *f;
 
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/gdrtest/%s", file);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%lld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	return kt_read_num(path);
 }
-
-static int cg_write(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, s, strlen(s)) < 0)
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 void test_memcg(void)
 {
 	enum { NFILES = 64, NPINS = 64 };
@@ -99,9 +78,9 @@ void test_memcg(void)
 	struct gdrcache_pin p;
 
 	mkdir("/sys/fs/cgroup/gdrtest", 0755);
-	cg_write("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	kt_write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
 	snprintf(pid, sizeof(pid), "%d", getpid());
-	if (cg_write("/sys/fs/cgroup/gdrtest/cgroup.procs", pid) || cg_read("memory.current") < 0) {
+	if (kt_write_file("/sys/fs/cgroup/gdrtest/cgroup.procs", pid) || cg_read("memory.current") < 0) {
 		kt_skip("no cgroup2 memory controller at /sys/fs/cgroup");
 		return;
 	}
@@ -134,7 +113,7 @@ void test_memcg(void)
 	close(fd);
 	kt_sim_free(sim, id);
 	kt_gpu_mem_free(buf, 256 << 20);
-	cg_write("/sys/fs/cgroup/cgroup.procs", pid);
+	kt_write_file("/sys/fs/cgroup/cgroup.procs", pid);
 	rmdir("/sys/fs/cgroup/gdrtest");
 }
 

@@ -139,17 +139,6 @@ static void *pin_job_main(void *arg)
 	return NULL;
 }
 
-static int nonblocking_events(int fd, struct gdrcache_event *ev, int n)
-{
-	int fl = fcntl(fd, F_GETFL);
-	ssize_t r;
-
-	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-	r = read(fd, ev, n * sizeof(*ev));
-	fcntl(fd, F_SETFL, fl);
-	return r < 0 ? -errno : (int)(r / sizeof(*ev));
-}
-
 void test_pin_revoke(void)
 {
 	struct gdrcache_event ev[8];
@@ -184,7 +173,7 @@ void test_pin_revoke(void)
 			kt_diag("round %d: PIN failed: %s", round, strerror(-j.ret));
 			ok_pin = 0;
 		}
-		n = nonblocking_events(j.fd, ev, 8);
+		n = kt_read_events(j.fd, ev, 8);
 		/* Exactly one event, for the handle PIN returned, and the area agrees. */
 		if (n < 0)
 			n = 0;

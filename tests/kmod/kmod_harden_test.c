@@ -53,34 +53,13 @@ double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-unsigned long long taint(void)
-{
-	unsigned long long v = 0;
-	FILE *f = fopen("/proc/sys/kernel/tainted", "r");
-
-	if (f) {
-		if (fscanf(f, "%llu", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	return v;
-}
-
 /* A module parameter as a number; -1 if it does not exist. */
 long long param(const char *module, const char *name)
 {
 	char path[160];
-	long long v = -1;
-	FILE *f;
 
 	snprintf(path, sizeof(path), "/sys/module/%s/parameters/%s", module, name);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%lld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
+	return kt_read_num(path);
 }
 
 int set_param_ull(const char *name, unsigned long long v)

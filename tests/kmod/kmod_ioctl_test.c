@@ -83,19 +83,6 @@ static void stats(struct nvp2p_sim_stats *s)
 	}
 }
 
-static int nonblocking_read(int fd, struct gdrcache_event *ev, size_t n)
-{
-	int fl = fcntl(fd, F_GETFL);
-	ssize_t r;
-
-	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-	r = read(fd, ev, n * sizeof(*ev));
-	fcntl(fd, F_SETFL, fl);
-	if (r < 0)
-		return -errno;
-	return (int)(r / sizeof(*ev));
-}
-
 static int poll_in(int fd, int timeout_ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -361,7 +348,7 @@ static int case_revoke_area(struct ctx *c)
 	kt_check(mprotect(m, c->v.revoke_area_size, PROT_READ | PROT_WRITE) == -1 &&
 		 errno == EACCES, "mprotect the area writable: EACCES");
 	kt_check(!poll_in(fd, 0), "poll: no event yet");
-	kt_expect(nonblocking_read(fd, ev, 1), -EAGAIN, "read O_NONBLOCK with no event: EAGAIN");
+	kt_expect(kt_read_events(fd, ev, 1), -EAGAIN, "read O_NONBLOCK with no event: EAGAIN");
 	kt_expect(read(fd, ev, sizeof(ev[0]) - 1) < 0 ? -errno : 0, -EINVAL,
 		  "read smaller than one event: EINVAL");
 	return 0;
@@ -393,7 +380,7 @@ static int case_revocation(struct ctx *c)
 		 (unsigned long long)area->revoke_count);
 	kt_check(area->slot[slot] == pin.handle, "area: slot[%u] holds the handle", slot);
 	kt_check(poll_in(fd, 1000), "poll: POLLIN");
-	ret = nonblocking_read(fd, ev, 16);
+	ret = kt_read_events(fd, ev, 16);
 	kt_check(ret == 1 && ev[0].type == GDRCACHE_EVENT_REVOKED && ev[0].handle == pin.handle &&
 		 ev[0].va == (uintptr_t)bufD && ev[0].len == 2 * KT_GPU_PAGE,
 		 "read: one REVOKED event for D (got %d)", ret);
@@ -586,7 +573,7 @@ static int case_every_slot(struct ctx *c)
 	for (i = 0; i < (int)n; i++)
 		in_slot += area->slot[GDRCACHE_HANDLE_SLOT(h[i])] == h[i];
 	kt_check(in_slot == n, "area: every handle in its slot (%u)", in_slot);
-	while ((ret = nonblocking_read(fd, ev, 16)) > 0)
+	while ((ret = kt_read_events(fd, ev, 16)) > 0)
 		for (i = 0; i < ret; i++) {
 			revoked += ev[i].type == GDRCACHE_EVENT_REVOKED;
 			overflow += ev[i].type == GDRCACHE_EVENT_OVERFLOW;

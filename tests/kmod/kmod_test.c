@@ -179,19 +179,57 @@ int kt_sim_expect(int fd, unsigned long long pins, unsigned long long persistent
 			(unsigned long long)s.allocations, pins, persistent, allocations);
 }
 
-int kt_set_param(const char *module, const char *param, const char *value)
+int kt_write_file(const char *path, const char *s)
 {
-	char path[256];
-	int fd, ret = 0;
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
 
-	snprintf(path, sizeof(path), "/sys/module/%s/parameters/%s", module, param);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	if (write(fd, value, strlen(value)) < 0)
+	if (write(fd, s, strlen(s)) < 0)
 		ret = -errno;
 	close(fd);
 	return ret;
+}
+
+long long kt_read_num(const char *path)
+{
+	long long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+int kt_set_param(const char *module, const char *param, const char *value)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/parameters/%s", module, param);
+	return kt_write_file(path, value);
+}
+
+unsigned long long kt_taint(void)
+{
+	long long v = kt_read_num("/proc/sys/kernel/tainted");
+
+	return v < 0 ? 0 : (unsigned long long)v;
+}
+
+int kt_read_events(int fd, struct gdrcache_event *ev, size_t n)
+{
+	int fl = fcntl(fd, F_GETFL);
+	ssize_t r;
+
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	r = read(fd, ev, n * sizeof(*ev));
+	fcntl(fd, F_SETFL, fl);
+	if (r < 0)
+		return -errno;
+	return (int)(r / sizeof(*ev));
 }
 
 int kt_gdr_open(void)

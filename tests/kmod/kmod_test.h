@@ -39,8 +39,16 @@ int kt_sim_stats(int fd, struct nvp2p_sim_stats *s);
 /* Check the provider's outstanding callback pins, persistent pins and allocations. */
 int kt_sim_expect(int fd, unsigned long long pins, unsigned long long persistent,
 		  unsigned long long allocations, const char *what);
+/* Write s to the file at path (sysfs, cgroupfs); 0 or -errno. */
+int kt_write_file(const char *path, const char *s);
+/* The number the file at path holds; -1 if it cannot be read. */
+long long kt_read_num(const char *path);
 /* Write a module parameter of nvp2p_sim or gdrcache; 0 or -errno. */
 int kt_set_param(const char *module, const char *param, const char *value);
+/* The kernel's taint flags (/proc/sys/kernel/tainted); 0 if unreadable. */
+unsigned long long kt_taint(void);
+/* Read up to n queued revocation events without blocking: how many, or -errno (-EAGAIN: none). */
+int kt_read_events(int fd, struct gdrcache_event *ev, size_t n);
 
 int kt_gdr_open(void);
 int kt_gdr_version(int fd, struct gdrcache_version *v);
