@@ -383,7 +383,7 @@ EXPORT uint64_t fake_cuda_last_buffer_id(void)
 	return id;
 }
 
-EXPORT int fake_cuda_open_dmabufs(void)
+int fake_dmabuf_fds(bool (*fn)(const char *path, void *arg), void *arg)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *de;
@@ -402,11 +402,19 @@ EXPORT int fake_cuda_open_dmabufs(void)
 		if (len <= 0)
 			continue;
 		target[len] = '\0';
-		if (strstr(target, "memfd:" DMABUF_NAME))
-			n++;
+		if (!strstr(target, "memfd:" DMABUF_NAME))
+			continue;
+		n++;
+		if (fn && !fn(path, arg))
+			break;
 	}
 	closedir(d);
 	return n;
+}
+
+EXPORT int fake_cuda_open_dmabufs(void)
+{
+	return fake_dmabuf_fds(NULL, NULL);
 }
 
 EXPORT int fake_cuda_dmabuf_range(int fd, uint64_t *va, uint64_t *size)

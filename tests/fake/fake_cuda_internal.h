@@ -266,6 +266,11 @@ void vmm_reset(void);
 void dmabuf_reset(void); /* the count of dma-buf exports */
 void proc_reset(void);   /* hidden symbols and raised versions */
 
+/* fn(path of the descriptor, arg) for every descriptor of this process open on a dma-buf the fake
+ * exported (scanning /proc/self/fd), until fn returns false; NULL fn: just count. How many were
+ * seen, or -errno. (fake_cuda_attr.c) */
+int fake_dmabuf_fds(bool (*fn)(const char *path, void *arg), void *arg);
+
 /* ---- Pools (fake_cuda_pool.c) --------------------------------------------------------------- */
 uint64_t pool_alloc(int dev, uint64_t size); /* lock held */
 void pool_free(struct alloc *a);             /* lock held; a already out of g_allocs */

@@ -33,7 +33,6 @@
  * memory", measured it for cuMemFree).
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -300,38 +299,36 @@ static bool gen_live(uint64_t gen)
 	return false;
 }
 
+/* The inodes of the dma-bufs open now (fake_dmabuf_fds), up to 1024. */
+struct open_inodes {
+	ino_t ino[1024];
+	size_t n;
+};
+
+static bool note_inode(const char *path, void *arg)
+{
+	struct open_inodes *o = arg;
+	struct stat st;
+
+	if (!stat(path, &st))
+		o->ino[o->n++] = st.st_ino;
+	return o->n < sizeof(o->ino) / sizeof(o->ino[0]);
+}
+
 EXPORT uint64_t fake_cuda_dmabuf_held_bytes(void)
 {
-	ino_t open_ino[1024];
-	size_t nopen = 0, j = 0;
+	struct open_inodes o = { .n = 0 };
+	size_t j = 0;
 	uint64_t bytes = 0;
-	struct dirent *de;
-	DIR *d = opendir("/proc/self/fd");
 
-	if (!d)
+	if (fake_dmabuf_fds(note_inode, &o) < 0)
 		return 0;
-	while ((de = readdir(d)) && nopen < sizeof(open_ino) / sizeof(open_ino[0])) {
-		char path[sizeof("/proc/self/fd/") + sizeof(de->d_name)], target[PATH_MAX];
-		struct stat st;
-		ssize_t len;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-		len = readlink(path, target, sizeof(target) - 1);
-		if (len <= 0)
-			continue;
-		target[len] = '\0';
-		if (strstr(target, "memfd:fake-dmabuf") && !stat(path, &st))
-			open_ino[nopen++] = st.st_ino;
-	}
-	closedir(d);
 	lock();
 	for (size_t i = 0; i < g_nheld; i++) {
 		bool open = false, seen = false;
 
-		for (size_t k = 0; k < nopen && !open; k++)
-			open = open_ino[k] == g_held[i].ino;
+		for (size_t k = 0; k < o.n && !open; k++)
+			open = o.ino[k] == g_held[i].ino;
 		if (!open)
 			continue; /* closed: the memory went with it */
 		g_held[j++] = g_held[i];
