@@ -88,7 +88,9 @@ struct gdr_sync_set; /* buffer ids given SYNC_MEMOPS (uthash) */
 
 /* A retired record is reused only after this many others were retired after it. */
 #define GDR_REUSE_DELAY 1024
-#define GDR_REC_CHUNK 64u /* records allocated together */
+/* The records' array is made usable this many bytes at a time (a multiple of every page size). */
+#define GDR_REC_MAP_STEP (64u * 1024)
+_Static_assert(GDR_SLOT_MAX + 2 <= 1u << GDR_HIX_SLOT_BITS, "a slot number fits a hash slot");
 struct gdr_cache {
 	/* Read by every hit: written only by writers, rarely. */
 	struct gdr_hix *hix __attribute__((aligned(64))); /* the index's hash, published with
@@ -100,8 +102,9 @@ struct gdr_cache {
 	uint64_t id;             /* unique in the process (thread.c) */
 	struct gdr_thr *threads; /* pushed lock-free, freed at destroy */
 	const struct gdr_validator_ops *validator;
-	struct gdr_be *backend; /* the cache's backend; the one for a device that it
-				   serves (gdr_cache_backend reports it) */
+	struct gdr_be *backend;      /* the cache's backend; the one for a device that it
+					serves (gdr_cache_backend reports it) */
+	struct gdr_region *rec_base; /* every record: record n (slot n) is rec_base[n] (record.c) */
 
 	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
@@ -118,9 +121,8 @@ struct gdr_cache {
 	struct gdr_entry *dying;             /* utlist DL: out of the index, holds not yet final */
 	bool dying_unsynced;      /* one of them was marked dying since the last grace period */
 	struct gdr_entry *taking; /* being handed out under the lock: not to be evicted */
-	struct gdr_region *
-		*rec_chunks; /* every record, GDR_REC_CHUNK a chunk: record n is slot n */
-	uint32_t rec_nchunks, slot_next;
+	uint32_t slot_next;       /* records made: rec_base[0 .. slot_next) */
+	size_t rec_mapped;        /* bytes of the records' array made usable */
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
 	struct gdr_sync_set *synced;
@@ -140,6 +142,16 @@ struct gdr_cache {
 	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive; /* every live cache (thread.c) */
 };
+
+/* thread.h's gdr_thr_find: this thread's record for c, or NULL (no record yet). */
+static inline struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
+{
+	struct gdr_thr_tls *s = &gdr_thr_tls[c->id % GDR_THR_TLS_SLOTS];
+
+	if (__builtin_expect(s->id == c->id, 1))
+		return s->t;
+	return gdr_thr_find_slow(c);
+}
 
 /* ---- between the cache's files ---------------------------------------------------------------- */
 /* The lock. gdr_cache_unlock (record.c) ends every locked operation: it settles what was dropped,
@@ -161,6 +173,8 @@ void gdr_cache_unlock(struct gdr_cache *c);
 extern __thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
 
 /* record.c: registration records and grace periods. */
+int gdr_records_init(struct gdr_cache *c); /* 0 or -ENOMEM */
+void gdr_records_fini(struct gdr_cache *c);
 int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
 		   uint8_t kind, const struct gdr_tag *t, struct gdr_region **out);
 void gdr_region_link(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r);

@@ -271,7 +271,8 @@ int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_c
 		return rc;
 	}
 	c->may_revoke = c->backend->ops->revokes;
-	if (gdr_index_init(&c->index, &c->hix)) {
+	if (gdr_index_init(&c->index, &c->hix) || gdr_records_init(c)) {
+		gdr_index_free(&c->index);
 		c->backend->ops->close(c->backend);
 		free(c);
 		return -ENOMEM;
@@ -353,9 +354,7 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 		c->extra_be[i]->ops->close(c->extra_be[i]);
 	c->backend->ops->close(c->backend);
 	gdr_synced_free(c);
-	for (uint32_t i = 0; i < c->rec_nchunks; i++)
-		free(c->rec_chunks[i]);
-	free(c->rec_chunks);
+	gdr_records_fini(c);
 	gdr_index_free(&c->index);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

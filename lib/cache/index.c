@@ -56,8 +56,8 @@ static uint64_t record_keys(const struct gdr_region *r, unsigned *k, uint64_t *f
 	return granules(r->start, r->size, *k, first);
 }
 
-/* The word of r's slot for granule g of level k. */
-static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g)
+/* The word of r's slot for granule g of level k (key: that granule's). */
+static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g, uint64_t key)
 {
 	unsigned shift = gdr_hix_shift(k);
 	uint64_t gs = g << shift, ge = gs + (1ULL << shift), s = r->start, e = r->start + r->size;
@@ -66,20 +66,13 @@ static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g)
 		s = gs;
 	if (e > ge || e <= s)
 		e = ge;
-	return (uint64_t)(uintptr_t)r >> 6 | gdr_hix_part(s, k) << GDR_HIX_PTR_BITS |
-	       gdr_hix_part(e - 1, k) << (GDR_HIX_PTR_BITS + 9);
-}
-
-/* Whether r's address fits a slot's word (52 bits: every user address but x86-64's 5-level
- * paging above 2^52, where malloc does not go unasked). */
-static bool record_fits(const struct gdr_region *r)
-{
-	return (uint64_t)(uintptr_t)r >> (GDR_HIX_PTR_BITS + 6) == 0;
+	return (uint64_t)(r->slot + 2) | gdr_hix_part(s, k) << GDR_HIX_SLOT_BITS |
+	       gdr_hix_part(e - 1, k) << (GDR_HIX_SLOT_BITS + 9) | gdr_hix_fp(key);
 }
 
 static struct gdr_hix *hix_alloc(uint32_t bits)
 {
-	size_t size = sizeof(struct gdr_hix) + (sizeof(struct gdr_hslot) << bits);
+	size_t size = sizeof(struct gdr_hix) + (sizeof(uint64_t) << bits);
 	struct gdr_hix *h;
 
 	if (posix_memalign((void **)&h, 64, size))
@@ -89,19 +82,18 @@ static struct gdr_hix *hix_alloc(uint32_t bits)
 	return h;
 }
 
-/* Put (key, word) in a free slot (empty or tombstone): the word first, then the key (release). */
+/* Put key's word in a free slot (empty or tombstone), whole (release). */
 static void hix_put(struct gdr_hix *h, uint64_t key, uint64_t word)
 {
 	uint64_t mask = (1ULL << h->bits) - 1;
 
 	for (uint64_t j = gdr_hix_pos(key, h->bits);; j = (j + 1) & mask) {
-		uint64_t sk = h->v[j].key;
+		uint64_t sw = h->v[j];
 
-		if (sk != GDR_HIX_EMPTY && sk != GDR_HIX_TOMB)
+		if (sw != GDR_HIX_EMPTY && sw != GDR_HIX_TOMB)
 			continue;
-		h->dead -= sk == GDR_HIX_TOMB;
-		__atomic_store_n(&h->v[j].word, word, __ATOMIC_RELEASE);
-		__atomic_store_n(&h->v[j].key, key, __ATOMIC_RELEASE);
+		h->dead -= sw == GDR_HIX_TOMB;
+		__atomic_store_n(&h->v[j], word, __ATOMIC_RELEASE);
 		h->used++;
 		return;
 	}
@@ -112,8 +104,11 @@ static void hix_put_record(struct gdr_hix *h, struct gdr_region *r)
 	unsigned k;
 	uint64_t g, n = record_keys(r, &k, &g);
 
-	for (uint64_t i = 0; i < n; i++)
-		hix_put(h, ((g + i) << 4 | k) + 2, record_word(r, k, g + i));
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t key = gdr_hix_key((g + i) << gdr_hix_shift(k), k);
+
+		hix_put(h, key, record_word(r, k, g + i, key));
+	}
 }
 
 /* The levels holding records, most populated first, packed for the lookup. */
@@ -165,8 +160,7 @@ static int hix_reserve(struct gdr_index *ix, uint64_t more)
 		return -ENOMEM;
 	for (size_t i = 0; i < ix->n; i++)
 		for (struct gdr_region *r = ix->v[i]->regions; r; r = r->next)
-			if (record_fits(r))
-				hix_put_record(nh, r);
+			hix_put_record(nh, r);
 	nh->order = h->order;
 	ix->hix = nh;
 	h->defer = ix->retired;
@@ -180,7 +174,7 @@ void gdr_index_add_record(struct gdr_index *ix, struct gdr_region *r)
 	unsigned k;
 	uint64_t g, n = record_keys(r, &k, &g);
 
-	if (!record_fits(r) || hix_reserve(ix, n))
+	if (hix_reserve(ix, n))
 		return; /* found by the locked path only */
 	hix_put_record(ix->hix, r);
 	ix->lev_n[k]++;
@@ -196,12 +190,13 @@ void gdr_index_del_record(struct gdr_index *ix, struct gdr_region *r)
 	bool found = false;
 
 	for (uint64_t q = 0; q < n; q++) {
-		uint64_t key = ((g + q) << 4 | k) + 2, word = record_word(r, k, g + q);
+		uint64_t key = gdr_hix_key((g + q) << gdr_hix_shift(k), k);
+		uint64_t word = record_word(r, k, g + q, key);
 
-		for (uint64_t j = gdr_hix_pos(key, h->bits); h->v[j].key != GDR_HIX_EMPTY;
+		for (uint64_t j = gdr_hix_pos(key, h->bits); h->v[j] != GDR_HIX_EMPTY;
 		     j = (j + 1) & mask) {
-			if (h->v[j].key == key && h->v[j].word == word) {
-				__atomic_store_n(&h->v[j].key, GDR_HIX_TOMB, __ATOMIC_RELEASE);
+			if (h->v[j] == word) {
+				__atomic_store_n(&h->v[j], GDR_HIX_TOMB, __ATOMIC_RELEASE);
 				h->used--;
 				h->dead++;
 				found = true;
@@ -281,6 +276,5 @@ void gdr_index_free(struct gdr_index *ix)
 
 size_t gdr_index_bytes(const struct gdr_index *ix)
 {
-	return ix->cap * sizeof(ix->v[0]) + sizeof(*ix->hix) +
-	       (sizeof(struct gdr_hslot) << ix->hix->bits);
+	return ix->cap * sizeof(ix->v[0]) + sizeof(*ix->hix) + (sizeof(uint64_t) << ix->hix->bits);
 }

@@ -15,32 +15,32 @@ struct gdr_region;
  *
  * The hash: a record [start, start+size) is put in level k (granule 2^(12+3k): 4 KiB, 32 KiB,
  * 256 KiB, 2 MiB, ... 512 GiB), the smallest whose granule is at least half its size, once for
- * every granule it touches (one to three). A slot holds the key (granule, level) and a word: the
- * record's address and the part of the granule it covers, in 512ths (so that a lookup reads only a
- * record that may hold the address, where several records share a granule). A lookup of an
- * address probes, for each level that holds records (most populated first), its key: open
- * addressing, linear probing, 16-byte slots, at most half full. A slot's word is written before
- * its key (release) and never changes while the key is there; removal writes a tombstone key. A
- * reader trusts a record only after checking that it serves the request (its range lies in its
- * entry's), then checks its state: a torn or stale view can only make it miss, and a miss takes
- * the locked path. A record leaves the hash before it is retired, and records are reused only
- * after a grace period (record.c). Growing or compacting makes a new table; the old one is freed
- * after a grace period. */
+ * every granule it touches (one to three). A slot is one 64-bit word: the record's slot number
+ * (records live in one array per cache, record.c, so the number is its address), the part of the
+ * granule it covers in 512ths (so that a lookup reads only a record that may hold the address,
+ * where several records share a granule), and a fingerprint of the key (granule, level), never 0.
+ * A lookup of an address probes, for each level that holds records (most populated first), its
+ * key: open addressing, linear probing, 8-byte slots, at most half full. A slot is written whole
+ * (release) and never changes while it is there; removal writes a tombstone. Since the slot gives
+ * the record's number, a hit loads the record and its hold counter at once, not one after the
+ * other. A fingerprint may match another key's slot: a reader trusts a record only after checking
+ * that it serves the request (its range lies in its entry's), then checks its state, so a false
+ * match, a torn or a stale view can only make it miss, and a miss takes the locked path. A record
+ * leaves the hash before it is retired, and records are reused only after a grace period
+ * (record.c). Growing or compacting makes a new table; the old one is freed after a grace
+ * period. */
 #define GDR_HIX_LEVELS 10
 #define GDR_HIX_EMPTY 0ULL
 #define GDR_HIX_TOMB 1ULL
-#define GDR_HIX_PTR_BITS 46 /* record address >> 6 (records are 64-byte aligned) */
-struct gdr_hslot {
-	uint64_t key;
-	uint64_t word; /* record >> 6 | first 512th << 46 | last 512th << 55 */
-};
+#define GDR_HIX_SLOT_BITS 20 /* the record's slot + 2 (0 and 1 are empty and tombstone) */
+#define GDR_HIX_FP_SHIFT 38  /* the fingerprint: bits 38..63 */
 struct gdr_hix {
 	uint64_t order;        /* the levels holding records, most populated first: 4 bits
 				  each from bit 0, their number in bits 60..63 (__atomic) */
 	uint32_t bits;         /* 1 << bits slots */
 	uint32_t used, dead;   /* live keys, tombstones (under the lock) */
 	struct gdr_hix *defer; /* retired: freed after a grace period */
-	struct gdr_hslot v[] __attribute__((aligned(64))); /* four to a cache line */
+	uint64_t v[] __attribute__((aligned(64))); /* slots, eight to a cache line */
 };
 struct gdr_index {
 	struct gdr_entry **v;
@@ -71,18 +71,25 @@ static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
 {
 	return (key * 0x9e3779b97f4a7c15ULL) >> (64 - bits);
 }
-/* A slot's word: its record, and the first and last 512th of the granule the record covers. */
-static inline struct gdr_region *gdr_hix_record(uint64_t w)
+/* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match
+ * no key). Another multiplier than gdr_hix_pos's, so that keys in one run of slots differ. */
+static inline uint64_t gdr_hix_fp(uint64_t key)
 {
-	return (struct gdr_region *)(uintptr_t)((w & ((1ULL << GDR_HIX_PTR_BITS) - 1)) << 6);
+	return ((key * 0xc2b2ae3d27d4eb4fULL) >> GDR_HIX_FP_SHIFT | 1) << GDR_HIX_FP_SHIFT;
+}
+/* A slot's word: its record's slot number, and the first and last 512th of the granule the
+ * record covers. */
+static inline uint32_t gdr_hix_slot(uint64_t w)
+{
+	return (uint32_t)(w & ((1u << GDR_HIX_SLOT_BITS) - 1)) - 2;
 }
 static inline uint64_t gdr_hix_first(uint64_t w)
 {
-	return (w >> GDR_HIX_PTR_BITS) & 511;
+	return (w >> GDR_HIX_SLOT_BITS) & 511;
 }
 static inline uint64_t gdr_hix_last(uint64_t w)
 {
-	return w >> (GDR_HIX_PTR_BITS + 9);
+	return (w >> (GDR_HIX_SLOT_BITS + 9)) & 511;
 }
 /* Which 512th of its level-k granule addr lies in. */
 static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)

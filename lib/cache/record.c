@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <utlist.h>
 
 #include "cache/cache.h"
@@ -30,6 +31,32 @@ void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
 	c->reuse_len++;
 }
 
+/* The records' array: GDR_SLOT_MAX records of address space reserved at create (no memory:
+ * PROT_NONE, MAP_NORESERVE; 64 MiB), made usable GDR_REC_MAP_STEP bytes at a time as records are
+ * made, given back at destroy. Record n is slot n, so that a slot number in the index's hash is
+ * the record's address (index.h), and no record ever moves or is freed while the cache lives. */
+int gdr_records_init(struct gdr_cache *c)
+{
+	void *p = mmap(NULL, (size_t)GDR_SLOT_MAX * sizeof(struct gdr_region), PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED) {
+		gdr_err("cannot reserve the registration records' address space: %s",
+			strerror(errno));
+		return -ENOMEM;
+	}
+	c->rec_base = p;
+	c->rec_mapped = 0;
+	return 0;
+}
+
+void gdr_records_fini(struct gdr_cache *c)
+{
+	if (c->rec_base)
+		munmap(c->rec_base, (size_t)GDR_SLOT_MAX * sizeof(struct gdr_region));
+	c->rec_base = NULL;
+}
+
 /* A record to fill: the oldest retired one once GDR_REUSE_DELAY others were retired after it (or
  * all slots are taken), else a new one. 0, -ENOSPC (GDR_SLOT_MAX records held), -ENOMEM. */
 static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
@@ -51,31 +78,16 @@ static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
 		return -ENOSPC;
 	}
 	slot = c->slot_next;
-	if (slot / GDR_REC_CHUNK >= c->rec_nchunks) {
-		uint32_t n = slot / GDR_REC_CHUNK + 1, cap = c->rec_nchunks;
-		struct gdr_region **v = c->rec_chunks;
+	if ((size_t)(slot + 1) * sizeof(*r) > c->rec_mapped) {
+		size_t end = ((size_t)(slot + 1) * sizeof(*r) + GDR_REC_MAP_STEP - 1) &
+			     ~(size_t)(GDR_REC_MAP_STEP - 1);
 
-		if (n > cap) {
-			cap = cap ? cap : 16;
-			while (cap < n)
-				cap *= 2;
-			v = realloc(v, cap * sizeof(*v));
-			if (!v)
-				return -ENOMEM;
-			memset(v + c->rec_nchunks, 0, (cap - c->rec_nchunks) * sizeof(*v));
-			c->rec_chunks = v;
-			c->rec_nchunks = cap;
-		}
-	}
-	if (!c->rec_chunks[slot / GDR_REC_CHUNK]) {
-		void *ch;
-
-		if (posix_memalign(&ch, 64, GDR_REC_CHUNK * sizeof(struct gdr_region)))
+		if (mprotect((char *)c->rec_base + c->rec_mapped, end - c->rec_mapped,
+			     PROT_READ | PROT_WRITE))
 			return -ENOMEM;
-		memset(ch, 0, GDR_REC_CHUNK * sizeof(struct gdr_region));
-		c->rec_chunks[slot / GDR_REC_CHUNK] = ch;
+		c->rec_mapped = end;
 	}
-	r = &c->rec_chunks[slot / GDR_REC_CHUNK][slot % GDR_REC_CHUNK];
+	r = &c->rec_base[slot]; /* zeroed: fresh anonymous memory */
 	r->slot = slot;
 	c->slot_next++;
 	*out = r;

@@ -41,17 +41,14 @@
 #include "common/config.h"
 #include "common/log.h"
 
-#define TLS_SLOTS 4
-
 /* This thread's records, by cache id (ids are never reused, pointers may be): slot id % TLS_SLOTS
  * of a direct-mapped table, then the thread's hash. Initial-exec: read on every hit, where the
  * general-dynamic model would call __tls_get_addr each time; 72 bytes fit the static TLS glibc
  * keeps for libraries loaded later with dlopen. Every record in `tls` is in `map` too. */
 #define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
-static GDR_TLS struct {
-	uint64_t id;
-	struct gdr_thr *t;
-} tls[TLS_SLOTS];
+GDR_TLS struct gdr_thr_tls gdr_thr_tls[GDR_THR_TLS_SLOTS];
+#define tls gdr_thr_tls
+#define TLS_SLOTS GDR_THR_TLS_SLOTS
 struct thr_map {
 	uint32_t cap, n; /* cap a power of two; n < cap * 3 / 4 */
 	struct thr_map_item {
@@ -325,7 +322,7 @@ struct gdr_thr *gdr_thr_get(struct gdr_cache *c)
 	return thr_lookup(c, true);
 }
 
-struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
+struct gdr_thr *gdr_thr_find_slow(struct gdr_cache *c)
 {
 	return thr_lookup(c, false);
 }

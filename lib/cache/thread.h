@@ -28,8 +28,14 @@ struct gdr_thr {
  * thread: one record per (thread, cache) for the cache's life, found through a small direct-mapped
  * TLS table and, behind it, a per-thread hash. */
 struct gdr_thr *gdr_thr_get(struct gdr_cache *c);
-/* The same, but NULL where this thread has no record for c yet (never allocates). */
-struct gdr_thr *gdr_thr_find(struct gdr_cache *c);
+/* The same, but NULL where this thread has no record for c yet (never allocates). Inline: the
+ * direct-mapped TLS table (thread.c) first, every hit and release asks: cache.h. */
+#define GDR_THR_TLS_SLOTS 4
+extern __thread struct gdr_thr_tls {
+	uint64_t id;
+	struct gdr_thr *t;
+} gdr_thr_tls[GDR_THR_TLS_SLOTS] __attribute__((tls_model("initial-exec")));
+struct gdr_thr *gdr_thr_find_slow(struct gdr_cache *c);
 /* This thread's counter of slot, or NULL if its chunk is not there yet (see _alloc). */
 static inline int64_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
 {

@@ -17,15 +17,17 @@ struct slot {
 	uint32_t kind;
 };
 
+/* The head, alone on its line: every hit reads it (events.h), producers write it. */
+struct gdr_events_head_line gdr_events_head_line;
+#define HEAD gdr_events_head_line.head
+
 static struct {
-	uint64_t head __attribute__((aligned(64)));
-	char pad[56];
 	struct slot ring[GDR_EVENTS_RING] __attribute__((aligned(64)));
 } ev;
 
 void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
 {
-	uint64_t n = __atomic_fetch_add(&ev.head, 1, __ATOMIC_ACQ_REL);
+	uint64_t n = __atomic_fetch_add(&HEAD, 1, __ATOMIC_ACQ_REL);
 	struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
 
 	/* Release stores: a consumer that reads any of them also sees `head` past n (see below). */
@@ -38,11 +40,6 @@ void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
 void gdr_events_push(uint64_t start, uint64_t len)
 {
 	gdr_events_push_kind(GDR_EV_FREE, start, len);
-}
-
-uint64_t gdr_events_head(void)
-{
-	return __atomic_load_n(&ev.head, __ATOMIC_ACQUIRE);
 }
 
 int gdr_events_get(uint64_t seq, struct gdr_event *out)
@@ -143,7 +140,7 @@ unsigned gdr_events_inflight_count(void)
  * parent's CUDA context anyway) and clears the announcements. */
 static void events_fork_child(void)
 {
-	uint64_t head = __atomic_load_n(&ev.head, __ATOMIC_RELAXED);
+	uint64_t head = __atomic_load_n(&HEAD, __ATOMIC_RELAXED);
 
 	for (uint64_t n = head > GDR_EVENTS_RING ? head - GDR_EVENTS_RING : 0; n < head; n++) {
 		struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];

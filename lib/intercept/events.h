@@ -44,8 +44,16 @@ struct gdr_event {
 void gdr_events_push(uint64_t start, uint64_t len);
 /* Publish an event of any kind. */
 void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len);
-/* Events reserved so far (acquire); the next event's number. */
-uint64_t gdr_events_head(void);
+/* Events reserved so far (acquire); the next event's number. Inline: every hit in events mode
+ * compares it. */
+extern struct gdr_events_head_line {
+	uint64_t head __attribute__((aligned(64)));
+	char pad[56];
+} gdr_events_head_line;
+static inline uint64_t gdr_events_head(void)
+{
+	return __atomic_load_n(&gdr_events_head_line.head, __ATOMIC_ACQUIRE);
+}
 /* Event number seq. 0; -EAGAIN: reserved but not yet written (retry); -ERANGE: overwritten (lost). */
 int gdr_events_get(uint64_t seq, struct gdr_event *ev);
 

@@ -52,7 +52,7 @@ static void test_bytes_per_entry(void **state)
 	}
 	keys = c->index.hix->used;
 	index = c->index.cap * sizeof(c->index.v[0]);
-	hash = (sizeof(struct gdr_hslot) << c->index.hix->bits) + sizeof(*c->index.hix);
+	hash = (sizeof(c->index.hix->v[0]) << c->index.hix->bits) + sizeof(*c->index.hix);
 	per = (entry + tags + records + index + hash) / N;
 	printf("memory per entry, %d entries of a 1 MiB allocation and one record each: %zu bytes "
 	       "(entry %zu, its tags beyond the first %zu, record %zu, sorted index %zu, hash %zu: "

@@ -365,8 +365,9 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
 	while (!__atomic_load_n(&wp_go, __ATOMIC_ACQUIRE) && t.tv_sec - t0.tv_sec < 5);
 }
 
-/* A watchpoint on [addr, +4) for this thread: SIGTRAP just after the access. -1 if refused. */
-static int watch(const void *addr)
+/* A watchpoint on [addr, +len) (1 or 4) for this thread: SIGTRAP just after the access. -1 if
+ * refused. */
+static int watch(const void *addr, int len)
 {
 	struct perf_event_attr pa;
 
@@ -375,7 +376,7 @@ static int watch(const void *addr)
 	pa.size = sizeof(pa);
 	pa.bp_type = HW_BREAKPOINT_RW;
 	pa.bp_addr = (uintptr_t)addr;
-	pa.bp_len = HW_BREAKPOINT_LEN_4;
+	pa.bp_len = len == 1 ? HW_BREAKPOINT_LEN_1 : HW_BREAKPOINT_LEN_4;
 	pa.sample_period = 1;
 	pa.exclude_kernel = 1;
 	pa.exclude_hv = 1;
@@ -386,7 +387,8 @@ static int watch(const void *addr)
 
 struct race {
 	struct gdr_region *r;     /* registered by the test's thread (NULL: by the releaser) */
-	bool watch_magic;         /* stop at the record's magic, else at the entry's state */
+	bool watch_magic;         /* stop at the record's magic, else at its entry's state as the
+				     record mirrors it (estate: what a release reads) */
 	int rc, watch_fd;
 	uint64_t a;
 	int done;                 /* __atomic */
@@ -402,8 +404,8 @@ static void *race_releaser(void *arg)
 		__atomic_store_n(&wp_paused, 1, __ATOMIC_RELEASE);
 		return NULL;
 	}
-	at = x->watch_magic ? (const void *)&x->r->magic : (const void *)&x->r->entry->state;
-	x->watch_fd = watch(at);
+	at = x->watch_magic ? (const void *)&x->r->magic : (const void *)&x->r->estate;
+	x->watch_fd = watch(at, x->watch_magic ? 4 : 1);
 	if (x->watch_fd < 0) {
 		x->rc = gdr_dereg(x->r);
 		__atomic_store_n(&wp_paused, 1, __ATOMIC_RELEASE); /* nothing to wait for */
@@ -427,7 +429,7 @@ static void *race_dropper(void *arg)
 }
 
 /* r is held once; a thread releases it and stops just after it first touches the record's magic
- * or its entry's state (in the registering thread, or in another); meanwhile a third drops the
+ * or its entry's state (mirrored in the record: estate), in the registering thread or in another; meanwhile a third drops the
  * entry (stale). Without any further locked operation, nothing may stay pinned or detached. */
 static void release_against_detach(bool elsewhere, bool watch_magic)
 {
