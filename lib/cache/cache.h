@@ -27,7 +27,7 @@ enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 /* A registration record: what gdr_reg hands out, shared by every registration of one allocation
  * of an entry for one (pd, access). Immutable while published, but for state, estate and used.
  * Held through the per-thread counters at `slot` (thread.c) plus `released`. Records are never
- * given back to malloc while their cache lives: a retired record is marked DEAD and reused, with
+ * given back while their cache lives (they live in one array per cache, record.c): a retired record is marked DEAD and reused, with
  * its slot, only after GDR_REUSE_DELAY others were retired after it (record.c), so a late gdr_dereg
  * of a released region reads a record, never freed memory. The first 64 bytes are what a hit and a release read (one
  * cache line: records are 64-byte aligned); the rest is read under the lock. */
@@ -45,7 +45,7 @@ struct gdr_region {
 	uint8_t exact; /* owns an MR of exactly [start, start+size) (remote access) */
 	uint8_t kind;
 	uint8_t estate; /* its entry's state, mirrored here (entry.c: gdr_entry_set_state) so
-			   that a hit reads no line of the entry */
+			   that a hit and a release read no line of the entry */
 	uint8_t used;   /* taken lock-free since the evictor last looked at its entry */
 	/* ---- second line ---- */
 	struct gdr_region *next __attribute__((aligned(64))); /* in the entry's list (published with

@@ -9,8 +9,8 @@
  * Some cases reach into the library's internals (the per-thread counters, the cache's thread list)
  * to set a state that would take hours to reach, or to stand in for a lookup caught at one precise
  * instant; each says where. The race with detachment is provoked with a hardware watchpoint
- * (perf_event_open, sigtrap) that stops the releasing thread just after it reads its entry's state;
- * where the kernel refuses one, that case is skipped.
+ * (perf_event_open, sigtrap) that stops the releasing thread just after it reads its entry's state
+ * (as its record mirrors it); where the kernel refuses one, that case is skipped.
  */
 #include <errno.h>
 #include <linux/hw_breakpoint.h>
@@ -429,8 +429,8 @@ static void *race_dropper(void *arg)
 }
 
 /* r is held once; a thread releases it and stops just after it first touches the record's magic
- * or its entry's state (mirrored in the record: estate), in the registering thread or in another; meanwhile a third drops the
- * entry (stale). Without any further locked operation, nothing may stay pinned or detached. */
+ * or its entry's state (mirrored in the record: estate), in the registering thread or in another;
+ * meanwhile a third drops the entry (stale). Without any further locked operation, nothing may stay pinned or detached. */
 static void release_against_detach(bool elsewhere, bool watch_magic)
 {
 	uint64_t a = fake_cuda_alloc(2 * MiB);
