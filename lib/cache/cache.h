@@ -27,10 +27,11 @@ enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 /* A registration record: what gdr_reg hands out, shared by every registration of one allocation
  * of an entry for one (pd, access). Immutable while published, but for state, estate and used.
  * Held through the per-thread counters at `slot` (thread.c) plus `released`. Records are never
- * given back while their cache lives (they live in one array per cache, record.c): a retired record is marked DEAD and reused, with
- * its slot, only after GDR_REUSE_DELAY others were retired after it (record.c), so a late gdr_dereg
- * of a released region reads a record, never freed memory. The first 64 bytes are what a hit and a release read (one
- * cache line: records are 64-byte aligned); the rest is read under the lock. */
+ * given back while their cache lives (they live in one array per cache, record.c): a retired
+ * record is marked DEAD and reused, with its slot, only after GDR_REUSE_DELAY others were retired
+ * after it (record.c), so a late gdr_dereg of a released region reads a record, never freed
+ * memory. The first 64 bytes are what a hit and a release read (one cache line: records are
+ * 64-byte aligned); the rest is read under the lock. */
 struct gdr_region {
 	uint32_t magic; /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
 	uint32_t state; /* GDR_LIVE, or GDR_DYING while being retired */
