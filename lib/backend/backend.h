@@ -29,16 +29,16 @@ struct gdr_sys {
 
 /* One pinned range, as a backend made it. */
 struct gdr_be;
-struct gdr_pin {
+struct gdr_pin {            /* ordered to leave no padding but at the end (an entry holds one) */
 	uint64_t base, len; /* 64 KiB-aligned */
-	int device;         /* CUDA ordinal of the memory */
 	struct gdr_be *be;  /* the backend that pinned it (its device's) */
-	bool has_kmod;
 	uint64_t kmod_handle;
-	uint32_t page_size, page_count;
-	bool has_dmabuf;
-	int dmabuf_fd;
 	uint64_t dmabuf_offset;
+	int device; /* CUDA ordinal of the memory */
+	uint32_t page_size, page_count;
+	int dmabuf_fd;
+	bool has_kmod;
+	bool has_dmabuf;
 };
 
 struct gdr_be;

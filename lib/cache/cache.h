@@ -67,16 +67,17 @@ struct gdr_mrec {
 	struct gdr_mrec *next;
 };
 
-struct gdr_entry {
-	/* What a hit reads, in the first line (entries are 64-byte aligned). */
+struct gdr_entry { /* ordered to leave no padding; plain malloc (a hit reads no line of it but
+		      pin.be where the backend may revoke) */
 	uint64_t base, len; /* == pin.base/len */
 	struct gdr_region *regions;
-	uint32_t state;     /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
-	uint32_t used;      /* taken under the lock since the evictor last looked (CLOCK
-			       second chance; a lock-free hit marks its record's instead) */
-	struct gdr_pin pin; /* pin.be: read by a hit where the backend may revoke */
+	uint32_t state; /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
 	uint32_t ntags, tags_cap;
-	uint32_t nexact;      /* exact records (remote-access MRs of one range each) */
+	uint16_t nexact; /* exact records (remote-access MRs of one range each), at most
+			    GDR_EXACT_PER_ENTRY */
+	uint8_t used;    /* taken under the lock since the evictor last looked (CLOCK second
+			    chance; a lock-free hit marks its record's instead) */
+	struct gdr_pin pin;
 	struct gdr_tag *tags; /* sorted by start, non-overlapping (under the lock only); the
 				 first one in tag0 while there is only one */
 	struct gdr_tag tag0;
@@ -84,6 +85,7 @@ struct gdr_entry {
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;       /* retired, freed after the next grace period */
 };
+_Static_assert(GDR_EXACT_PER_ENTRY < UINT16_MAX, "nexact fits its field");
 
 struct gdr_sync_set; /* buffer ids given SYNC_MEMOPS (uthash) */
 

@@ -299,9 +299,9 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	} else {
 		pin_extent(c, a, len, lo, hi, tags, &base, &end);
 	}
-	if (posix_memalign((void **)&e, 64, sizeof(*e)))
+	e = calloc(1, sizeof(*e));
+	if (!e)
 		return -ENOMEM;
-	memset(e, 0, sizeof(*e));
 	rc = gdr_entry_add_tags(e, tags, ntags);
 	if (rc)
 		goto err_free;

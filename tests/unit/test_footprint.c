@@ -60,7 +60,8 @@ static void test_bytes_per_entry(void **state)
 	       "seen (miss.c: 72 bytes with its uthash handle) and 8 bytes per record per thread "
 	       "that holds it (hold counter)\n", N, per, entry / N, tags / N, records / N, index / N,
 	       hash / N, (double)keys / N, 100.0 * keys / (1ULL << c->index.hix->bits));
-	assert_true(per <= 512);
+	/* 360 now; 407 before the 8-byte hash slot and the entry without padding (issue 16 item 5) */
+	assert_true(per <= 384);
 	assert_int_equal(gdr_cache_flush(c), N);
 	assert_int_equal(gdr_cache_destroy(c), 0);
 	for (int i = 0; i < N; i++)
