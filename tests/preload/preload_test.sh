@@ -53,6 +53,15 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 pass() { echo "ok: $*"; }
+# run_stats LIBDIR BACKEND PROG: PROG under the preload over LIBDIR's libibverbs, with statistics;
+# its output in $tmp/out and $tmp/err (both shown), its status in rc; a skip (77) skips the case.
+run_stats() {
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$1" GDRCACHE_BACKEND=$2 GDRCACHE_STATS=1 \
+		"$3" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/out" "$tmp/err"
+	[ $rc -eq 77 ] && exit 77
+}
 
 # bound LOG PROGRAM SYMBOL VERSION|- OBJECT: the program's reference to SYMBOL (with VERSION, or
 # none for -) was bound to OBJECT (a pattern on its path).
@@ -152,11 +161,7 @@ binding)
 	;;
 functional)
 	backend=$1 test=$2
-	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=$backend GDRCACHE_STATS=1 \
-		"$test" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	cat "$tmp/out" "$tmp/err"
-	[ $rc -eq 77 ] && exit 77
+	run_stats "$GDRP_FAKEDIR" $backend "$test"
 	[ $rc -eq 0 ] || fail "test_preload exited $rc"
 	grep -Eq 'gdrcache-preload\[[0-9]+\] stats: cached [1-9]' "$tmp/err" ||
 		fail "GDRCACHE_STATS=1: no preload statistics with cached registrations"
@@ -169,11 +174,7 @@ functional)
 	;;
 functional44)
 	test=$1
-	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR44" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=1 \
-		"$test" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	cat "$tmp/out" "$tmp/err"
-	[ $rc -eq 77 ] && exit 77
+	run_stats "$GDRP_FAKEDIR44" peermem "$test"
 	objdump -T "$GDRP_FAKEDIR44/libibverbs.so.1" | grep -q 'IBVERBS_1.15' &&
 		fail "the rdma-core 44 fake has IBVERBS_1.15"
 	[ $rc -eq 0 ] || fail "test_preload over rdma-core 44's nodes exited $rc"
@@ -272,11 +273,7 @@ nocuda)
 	;;
 stress)
 	prog=$1
-	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem GDRCACHE_STATS=1 \
-		"$prog" >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	cat "$tmp/out" "$tmp/err"
-	[ $rc -eq 77 ] && exit 77
+	run_stats "$GDRP_FAKEDIR" peermem "$prog"
 	[ $rc -eq 0 ] || fail "stress_prog exited $rc"
 	line=$(grep -E 'gdrcache-preload\[[0-9]+\] stats: ' "$tmp/err" | tail -1)
 	val() { echo "$line" | sed -nE "s/.* $1 ([0-9]+)( .*)?\$/\\1/p"; }
