@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "open_ctx.h"
+
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
@@ -72,7 +74,6 @@ static struct ibv_mr *reg_ex(struct ibv_pd *pd, uint64_t mask, void *addr, size_
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **l;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_mr *a, *b, *mr;
@@ -98,9 +99,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	gpu = (char *)(uintptr_t)g;
-	l = ibv_get_device_list(NULL);
-	ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
-	ibv_free_device_list(l);
+	ctx = open_ctx();
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	if (!pd) {
 		printf("not ok - the fake device did not open\n");

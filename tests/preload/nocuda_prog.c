@@ -9,11 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "open_ctx.h"
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 100;
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
+	struct ibv_context *c = open_ctx();
 	struct ibv_pd *pd = c ? ibv_alloc_pd(c) : NULL;
 	char *buf = malloc(1 << 16);
 
@@ -32,7 +33,6 @@ int main(int argc, char **argv)
 	printf("%d host registrations\n", n);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(c);
-	ibv_free_device_list(l);
 	free(buf);
 	return 0;
 }

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "open_ctx.h"
+
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
@@ -51,15 +53,6 @@ static void rereg(const char *what, struct ibv_mr *mr, int flags, void *addr, si
 	errno = 0;
 	rc = ibv_rereg_mr(mr, flags, NULL, addr, len, access);
 	out(what, rc, rc ? errno : 0);
-}
-
-static struct ibv_context *open_ctx(void)
-{
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
-
-	ibv_free_device_list(l);
-	return c;
 }
 
 int main(void)

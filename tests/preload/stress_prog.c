@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "open_ctx.h"
 
 int cuInit(unsigned int flags);
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
@@ -212,15 +213,6 @@ static void races(void)
 		     ROUNDS);
 	else
 		printf("ok - %d concurrent double releases: one 0, one EINVAL each\n", ROUNDS);
-}
-
-static struct ibv_context *open_ctx(void)
-{
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
-
-	ibv_free_device_list(l);
-	return c;
 }
 
 /* Shadows held on a second device as it closes: orphans, released later. */

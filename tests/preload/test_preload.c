@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "open_ctx.h"
 
 int cuInit(unsigned int flags);
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
@@ -73,15 +74,6 @@ static void gpu_free(void *p)
 static bool cached(const struct ibv_mr *mr)
 {
 	return mr && !fis_mr(mr);
-}
-
-static struct ibv_context *open_ctx(void)
-{
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_context *c = l && l[0] ? ibv_open_device(l[0]) : NULL;
-
-	ibv_free_device_list(l);
-	return c;
 }
 
 static void test_interposed(void)
