@@ -77,8 +77,12 @@ static inline uint64_t gdr_hix_fp(uint64_t key)
 {
 	return ((key * 0xc2b2ae3d27d4eb4fULL) >> GDR_HIX_FP_SHIFT | 1) << GDR_HIX_FP_SHIFT;
 }
-/* A slot's word: its record's slot number, and the first and last 512th of the granule the
- * record covers. */
+/* A slot's word: its key's fingerprint (as gdr_hix_fp gives it), its record's slot number, and the
+ * first and last 512th of the granule the record covers. */
+static inline uint64_t gdr_hix_fp_of(uint64_t w)
+{
+	return w & ~((1ULL << GDR_HIX_FP_SHIFT) - 1);
+}
 static inline uint32_t gdr_hix_slot(uint64_t w)
 {
 	return (uint32_t)(w & ((1u << GDR_HIX_SLOT_BITS) - 1)) - 2;

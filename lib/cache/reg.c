@@ -36,13 +36,13 @@ static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, struct gdr_
 
 			if (w == GDR_HIX_EMPTY)
 				break;
-			if ((w & ~((1ULL << GDR_HIX_FP_SHIFT) - 1)) == fp &&
-			    gdr_hix_first(w) <= part && part <= gdr_hix_last(w)) {
-				struct gdr_region *r = &base[gdr_hix_slot(w)];
+			if (gdr_hix_fp_of(w) == fp && gdr_hix_first(w) <= part &&
+			    part <= gdr_hix_last(w)) {
+				uint32_t s = gdr_hix_slot(w);
 
-				if (gdr_record_serves(r, pd, access, a, len, exact)) {
-					*slot = gdr_hix_slot(w);
-					return r;
+				if (gdr_record_serves(&base[s], pd, access, a, len, exact)) {
+					*slot = s;
+					return &base[s];
 				}
 			}
 		}
