@@ -19,53 +19,85 @@
 #include "cache/thread.h"
 
 struct gdr_entry;
-#define GDR_REGION_LIVE 0x6c697665u /* "live" */
-#define GDR_REGION_DEAD 0x64656164u /* "dead" */
-/* State of an entry or a record, read by the lock-free hit path (__atomic). */
+#define GDR_REGION_LIVE 0x6c697665u  /* "live" */
+#define GDR_REGION_DEAD 0x64656164u  /* "dead" */
+#define GDR_REGION_DYING 0x6479696eu /* "dyin" */
+/* State of an entry (and its mirror in its records' estate), read by the lock-free hit path. */
 enum { GDR_LIVE = 0, GDR_DYING = 1, GDR_DETACHED = 2 };
 
 /* A registration record: what gdr_reg hands out, shared by every registration of one allocation
- * of an entry for one (pd, access). Immutable while published, but for state, estate and used.
- * Held through the per-thread counters at `slot` (thread.c) plus `released`. Records are never
- * given back while their cache lives (they live in one array per cache, record.c): a retired
- * record is marked DEAD and reused, with its slot, only after GDR_REUSE_DELAY others were retired
- * after it (record.c), so a late gdr_dereg of a released region reads a record, never freed
- * memory. The first 64 bytes are what a hit and a release read (one cache line: records are
- * 64-byte aligned); the rest is read under the lock. */
+ * of an entry for one (pd, access). Immutable while published, but for magic, estate and used.
+ * Held through the per-thread counters of its slot (thread.c) plus the cache's count of holds given
+ * back under the lock (gdr_thr_released). Records are never given back while their cache lives:
+ * they live in one arena per cache (record.c), record n at slot n, and the arena's alignment gives
+ * a record's slot and cache (gdr_rec_slot, gdr_rec_cache) without storing them. A retired record is
+ * marked DEAD and reused, with its slot, only after GDR_REUSE_DELAY others were retired after it,
+ * so a late gdr_dereg of a released region reads a record, never freed memory. One cache line
+ * (64 bytes, 64-byte aligned): all of it is what a hit and a release read. */
 struct gdr_region {
-	uint32_t magic; /* GDR_REGION_LIVE while handed out, GDR_REGION_DEAD once retired */
-	uint32_t state; /* GDR_LIVE, or GDR_DYING while being retired */
-	struct gdr_cache *cache; /* the record's cache, for its whole life */
+	uint32_t magic; /* GDR_REGION_LIVE; DYING while its PD is being released (no new hold
+			   is taken, holds are still given back); DEAD once retired */
+	int access;
 	struct gdr_entry *entry; /* NULL: host memory passed through */
 	struct ibv_pd *pd;
 	uint64_t start, size; /* the allocation it serves, within its entry's range (requests
 				 inside it hit lock-free); for an exact record, exactly the range
 				 registered */
-	int access;
-	uint32_t slot; /* hold counters; also the record's number in its cache */
-	uint8_t exact; /* owns an MR of exactly [start, start+size) (remote access) */
+	struct ibv_mr *mr;    /* an exact record's own; a shared one's is the MR of its entry for
+				 (pd, access), owned by all its records for that pair (entry.c) */
+	uint64_t buffer_id;   /* of that allocation */
+	uint8_t exact;        /* owns an MR of exactly [start, start+size) (remote access) */
 	uint8_t kind;
 	uint8_t estate; /* its entry's state, mirrored here (entry.c: gdr_entry_set_state) so
 			   that a hit and a release read no line of the entry */
-	uint8_t used;   /* taken lock-free since the evictor last looked at its entry */
-	/* ---- second line ---- */
-	struct gdr_region *next __attribute__((aligned(64))); /* in the entry's list (published with
-								 release: lookups walk it) */
-	struct gdr_region *defer; /* retired: waiting for a grace period, then in the reuse queue */
-	struct ibv_mr *mr;
-	uint64_t buffer_id; /* of that allocation */
-	int64_t released;   /* holds given back under the lock (by a thread with no hold of
-			       its own on it); read and written under the lock only */
-	uint32_t refs;      /* host records only: 1 while held */
+	uint8_t used;   /* cached: taken lock-free since the evictor last looked at its entry;
+			   host memory: 1 while held */
+	uint32_t link;  /* slot of the next record: in its entry's list (under the lock only), or,
+			   once retired, in the list it waits in for reuse (0: none) */
+};
+_Static_assert(sizeof(struct gdr_region) == 64, "a record is one cache line");
+
+/* The records' arena of a cache: GDR_SLOT_MAX records, aligned to its size; slot 0 is this. */
+#define GDR_REC_ARENA ((uintptr_t)GDR_SLOT_MAX * sizeof(struct gdr_region))
+_Static_assert((GDR_REC_ARENA & (GDR_REC_ARENA - 1)) == 0, "the arena's size is a power of two");
+struct gdr_rec_head {
+	struct gdr_cache *cache;
 };
 
-/* One NIC memory region of an entry, per (pd, access), shared by its region records. */
-struct gdr_mrec {
-	struct ibv_pd *pd;
-	int access;
-	struct ibv_mr *mr;
-	struct gdr_mrec *next;
-};
+static inline uintptr_t gdr_rec_arena(const struct gdr_region *r)
+{
+	return (uintptr_t)r & ~(GDR_REC_ARENA - 1);
+}
+
+/* A record's number in its cache (never 0), and its cache: from its address alone. */
+static inline uint32_t gdr_rec_slot(const struct gdr_region *r)
+{
+	return (uint32_t)(((uintptr_t)r & (GDR_REC_ARENA - 1)) / sizeof(*r));
+}
+
+static inline struct gdr_cache *gdr_rec_cache(const struct gdr_region *r)
+{
+	return ((const struct gdr_rec_head *)gdr_rec_arena(r))->cache;
+}
+
+/* The record that r's link names, or NULL; and r's link set to q (NULL: none). */
+static inline struct gdr_region *gdr_region_next(const struct gdr_region *r)
+{
+	return r->link ? (struct gdr_region *)gdr_rec_arena(r) + r->link : NULL;
+}
+
+static inline void gdr_region_set_next(struct gdr_region *r, const struct gdr_region *q)
+{
+	r->link = q ? gdr_rec_slot(q) : 0;
+}
+
+/* Whether r is handed out: a gdr_dereg of it is accepted (LIVE, or DYING). */
+static inline bool gdr_region_handed(const struct gdr_region *r)
+{
+	uint32_t m = __atomic_load_n(&r->magic, __ATOMIC_RELAXED);
+
+	return m == GDR_REGION_LIVE || m == GDR_REGION_DYING;
+}
 
 struct gdr_entry { /* ordered to leave no padding; plain malloc (a hit reads no line of it but
 		      pin.be where the backend may revoke) */
@@ -81,7 +113,6 @@ struct gdr_entry { /* ordered to leave no padding; plain malloc (a hit reads no 
 	struct gdr_tag *tags; /* sorted by start, non-overlapping (under the lock only); the
 				 first one in tag0 while there is only one */
 	struct gdr_tag tag0;
-	struct gdr_mrec *mrecs;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;       /* retired, freed after the next grace period */
 };
@@ -107,7 +138,7 @@ struct gdr_cache {
 	const struct gdr_validator_ops *validator;
 	struct gdr_be *backend;      /* the cache's backend; the one for a device that it
 					serves (gdr_cache_backend reports it) */
-	struct gdr_region *rec_base; /* every record: record n (slot n) is rec_base[n] (record.c) */
+	struct gdr_region *rec_base; /* the records' arena: record n (slot n) is rec_base[n] */
 
 	pthread_mutex_t lock __attribute__((aligned(64)));
 	struct gdr_config cfg;
@@ -124,7 +155,7 @@ struct gdr_cache {
 	struct gdr_entry *dying;             /* utlist DL: out of the index, holds not yet final */
 	bool dying_unsynced;      /* one of them was marked dying since the last grace period */
 	struct gdr_entry *taking; /* being handed out under the lock: not to be evicted */
-	uint32_t slot_next;       /* records made: rec_base[0 .. slot_next) */
+	uint32_t slot_next;       /* records made: rec_base[1 .. slot_next) */
 	size_t rec_mapped;        /* bytes of the records' array made usable */
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
@@ -144,6 +175,9 @@ struct gdr_cache {
 	uint64_t exact_replaced;      /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
 	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive; /* every live cache (thread.c) */
+	/* Holds given back under the lock by a thread that held none of the record itself, by
+	 * slot (thread.c), a chunk allocated with the first thread's counters of it. */
+	int64_t *released[GDR_SLOT_CHUNKS];
 };
 
 /* thread.h's gdr_thr_find: this thread's record for c, or NULL (no record yet). */

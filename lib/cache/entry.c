@@ -17,7 +17,7 @@
 void gdr_entry_set_state(struct gdr_entry *e, uint32_t state)
 {
 	__atomic_store_n(&e->state, state, __ATOMIC_SEQ_CST);
-	for (struct gdr_region *r = e->regions; r; r = r->next)
+	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		__atomic_store_n(&r->estate, (uint8_t)state, __ATOMIC_SEQ_CST);
 }
 
@@ -28,7 +28,7 @@ static bool entry_used_clear(struct gdr_entry *e)
 	bool used = __atomic_load_n(&e->used, __ATOMIC_RELAXED);
 
 	__atomic_store_n(&e->used, 0, __ATOMIC_RELAXED);
-	for (struct gdr_region *r = e->regions; r; r = r->next) {
+	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r)) {
 		if (__atomic_load_n(&r->used, __ATOMIC_RELAXED)) {
 			used = true;
 			__atomic_store_n(&r->used, 0, __ATOMIC_RELAXED);
@@ -43,7 +43,7 @@ int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e)
 {
 	int64_t n = 0;
 
-	for (const struct gdr_region *r = e->regions; r; r = r->next)
+	for (const struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		n += gdr_region_holds(c, r);
 	return n;
 }
@@ -61,14 +61,7 @@ static void limits_update(struct gdr_cache *c)
  * the next grace period, its records are retired. */
 static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 {
-	struct gdr_mrec *m, *mt;
-
-	LL_FOREACH_SAFE(e->mrecs, m, mt) {
-		gdr_verbs_dereg(c->sys.verbs, m->mr);
-		free(m);
-	}
-	e->mrecs = NULL;
-	for (struct gdr_region *r = e->regions; r; r = r->next)
+	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		gdr_record_retire(c, r);
 	e->pin.be->ops->unpin(e->pin.be, &e->pin);
 	c->st.unpins++;
@@ -317,7 +310,7 @@ bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, in
 {
 	if (!exact || e->nexact < GDR_EXACT_PER_ENTRY)
 		return false;
-	for (const struct gdr_region *r = e->regions; r; r = r->next)
+	for (const struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		if (gdr_record_serves(r, pd, access, a, len, true))
 			return false;
 	return true;
@@ -330,8 +323,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 {
 	const struct gdr_tag *tag = entry_tag_at(e, a);
 	uint64_t id = tag ? tag->buffer_id : 0, rstart, rsize;
-	struct gdr_region *r;
-	struct gdr_mrec *m = NULL;
+	struct gdr_region *r, *m = NULL;
 	struct ibv_mr *own = NULL;
 	int64_t *ctr;
 	int rc = 0;
@@ -345,7 +337,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 	if (!pd)
 		access = 0, exact = false;
 	gdr_record_range(e, tag, &rstart, &rsize);
-	for (r = e->regions; r; r = r->next)
+	for (r = e->regions; r; r = gdr_region_next(r))
 		if (r->buffer_id == id && gdr_record_serves(r, pd, access, a, len, exact) &&
 		    (r->exact || (r->start == rstart && r->size == rsize)))
 			break;
@@ -354,11 +346,10 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 	DL_APPEND(c->lru, e);
 	c->taking = e; /* making the MR may evict, and must not evict e */
 	if (!r) {
-		if (pd && !exact) {
-			LL_FOREACH(e->mrecs, m)
-				if (m->pd == pd && m->access == access)
+		if (pd && !exact) /* the entry's MR for (pd, access), if it has one */
+			for (m = e->regions; m; m = gdr_region_next(m))
+				if (!m->exact && m->mr && m->pd == pd && m->access == access)
 					break;
-		}
 		if (pd && !m) {
 			uint64_t base = exact ? a : e->base, n = exact ? len : e->len;
 
@@ -374,19 +365,6 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 				gdr_err("NIC registration of [%#llx, +%llu) failed: %d",
 					(unsigned long long)base, (unsigned long long)n, rc);
 				goto out;
-			}
-			if (!exact) {
-				m = calloc(1, sizeof(*m));
-				if (!m) {
-					gdr_verbs_dereg(c->sys.verbs, own);
-					rc = -ENOMEM;
-					goto out;
-				}
-				m->pd = pd;
-				m->access = access;
-				m->mr = own;
-				own = NULL;
-				LL_PREPEND(e->mrecs, m);
 			}
 		}
 		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
@@ -404,11 +382,11 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 			c->exact_mrs++;
 		} else {
 			r->exact = 0;
-			r->mr = m ? m->mr : NULL;
+			r->mr = m ? m->mr : own; /* own: the first record of (pd, access) */
 		}
 		gdr_region_link(c, e, r);
 	}
-	ctr = gdr_thr_counter_alloc(t, r->slot);
+	ctr = gdr_thr_counter_alloc(c, t, gdr_rec_slot(r));
 	if (!ctr) {
 		rc = -ENOMEM;
 		goto out;
@@ -456,14 +434,14 @@ static int entry_pd_mark(struct gdr_cache *c, struct gdr_entry *e, const struct 
 	struct gdr_region *r;
 	int any = 0;
 
-	for (r = e->regions; r; r = r->next) {
+	for (r = e->regions; r; r = gdr_region_next(r)) {
 		if (r->pd == pd && gdr_region_holds(c, r) > 0)
 			return -EBUSY; /* before any is marked: a refusal leaves every record LIVE */
 		any |= r->pd == pd;
 	}
-	for (r = e->regions; r; r = r->next)
+	for (r = e->regions; r; r = gdr_region_next(r))
 		if (r->pd == pd)
-			__atomic_store_n(&r->state, GDR_DYING, __ATOMIC_SEQ_CST);
+			__atomic_store_n(&r->magic, GDR_REGION_DYING, __ATOMIC_SEQ_CST);
 	return any;
 }
 
@@ -472,32 +450,26 @@ static int entry_pd_mark(struct gdr_cache *c, struct gdr_entry *e, const struct 
 static bool entry_pd_finish(struct gdr_cache *c, struct gdr_entry *e, const struct ibv_pd *pd)
 {
 	struct gdr_region *r, *rt;
-	struct gdr_mrec *m, *mt;
 
-	for (r = e->regions; r; r = r->next) {
+	for (r = e->regions; r; r = gdr_region_next(r)) {
 		if (r->pd == pd && gdr_region_holds(c, r) > 0) {
-			for (r = e->regions; r; r = r->next)
+			for (r = e->regions; r; r = gdr_region_next(r))
 				if (r->pd == pd)
-					__atomic_store_n(&r->state, GDR_LIVE, __ATOMIC_SEQ_CST);
+					__atomic_store_n(&r->magic, GDR_REGION_LIVE,
+							 __ATOMIC_SEQ_CST);
 			return false;
 		}
 	}
 	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of these records are void */
 	for (r = e->regions; r; r = rt) {
-		rt = r->next;
+		rt = gdr_region_next(r);
 		if (r->pd == pd) {
+			/* The MR of (pd, access) goes with the last of its records. */
 			gdr_region_unlink(c, e, r);
 			gdr_record_retire(c, r);
-			r->defer = c->deferred_regions;
+			gdr_region_set_next(r, c->deferred_regions);
 			c->deferred_regions = r;
 			c->ndeferred++;
-		}
-	}
-	LL_FOREACH_SAFE(e->mrecs, m, mt) {
-		if (m->pd == pd) {
-			LL_DELETE(e->mrecs, m);
-			gdr_verbs_dereg(c->sys.verbs, m->mr);
-			free(m);
 		}
 	}
 	return true;
@@ -524,9 +496,9 @@ static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const st
 	DL_FOREACH(list, e) {
 		bool mine = false;
 
-		for (struct gdr_region *r = e->regions; r && !mine; r = r->next)
+		for (struct gdr_region *r = e->regions; r && !mine; r = gdr_region_next(r))
 			mine = r->pd == pd &&
-			       __atomic_load_n(&r->state, __ATOMIC_RELAXED) == GDR_DYING;
+			       __atomic_load_n(&r->magic, __ATOMIC_RELAXED) == GDR_REGION_DYING;
 		if (mine && !entry_pd_finish(c, e, pd))
 			*busy = true;
 	}

@@ -66,7 +66,7 @@ static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g, 
 		s = gs;
 	if (e > ge || e <= s)
 		e = ge;
-	return (uint64_t)(r->slot + 2) | gdr_hix_part(s, k) << GDR_HIX_SLOT_BITS |
+	return (uint64_t)(gdr_rec_slot(r) + 2) | gdr_hix_part(s, k) << GDR_HIX_SLOT_BITS |
 	       gdr_hix_part(e - 1, k) << (GDR_HIX_SLOT_BITS + 9) | gdr_hix_fp(key);
 }
 
@@ -159,7 +159,7 @@ static int hix_reserve(struct gdr_index *ix, uint64_t more)
 	if (!nh)
 		return -ENOMEM;
 	for (size_t i = 0; i < ix->n; i++)
-		for (struct gdr_region *r = ix->v[i]->regions; r; r = r->next)
+		for (struct gdr_region *r = ix->v[i]->regions; r; r = gdr_region_next(r))
 			hix_put_record(nh, r);
 	nh->order = h->order;
 	ix->hix = nh;
@@ -238,7 +238,7 @@ int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
 	memmove(&ix->v[i + 1], &ix->v[i], (ix->n - i) * sizeof(ix->v[0]));
 	ix->v[i] = e;
 	ix->n++;
-	for (struct gdr_region *r = e->regions; r; r = r->next)
+	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		gdr_index_add_record(ix, r);
 	return 0;
 }
@@ -251,7 +251,7 @@ void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e)
 		return;
 	memmove(&ix->v[i], &ix->v[i + 1], (ix->n - i - 1) * sizeof(ix->v[0]));
 	ix->n--;
-	for (struct gdr_region *r = e->regions; r; r = r->next)
+	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		gdr_index_del_record(ix, r);
 }
 

@@ -377,7 +377,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 		gdr_record_free(c, r);
 		return rc;
 	}
-	__atomic_store_n(&r->refs, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED); /* held */
 	c->st.passthrough++;
 	c->nhost++;
 	*out = r;

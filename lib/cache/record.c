@@ -20,40 +20,52 @@ void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
 {
 	/* Zeroed: +1 on one thread and -1 on another leave non-zero counters. */
 	if (r->entry)
-		gdr_thr_zero(c, r->slot);
-	r->released = 0;
-	r->defer = NULL;
+		gdr_thr_zero(c, gdr_rec_slot(r));
+	r->link = 0;
 	if (c->reuse_tail)
-		c->reuse_tail->defer = r;
+		gdr_region_set_next(c->reuse_tail, r);
 	else
 		c->reuse_head = r;
 	c->reuse_tail = r;
 	c->reuse_len++;
 }
 
-/* The records' array: GDR_SLOT_MAX records of address space reserved at create (no memory:
- * PROT_NONE, MAP_NORESERVE; 64 MiB), made usable GDR_REC_MAP_STEP bytes at a time as records are
- * made, given back at destroy. Record n is slot n, so that a slot number in the index's hash is
- * the record's address (index.h), and no record ever moves or is freed while the cache lives. */
+/* The records' arena: GDR_SLOT_MAX records of address space reserved at create (no memory:
+ * PROT_NONE, MAP_NORESERVE; 32 MiB), aligned to its size, made usable GDR_REC_MAP_STEP bytes at a
+ * time as records are made, given back at destroy. Record n is slot n, so that a slot number in
+ * the index's hash is the record's address (index.h), and no record ever moves or is freed while
+ * the cache lives. Slot 0 holds the cache's address: a record's cache is read from its arena. */
 int gdr_records_init(struct gdr_cache *c)
 {
-	void *p = mmap(NULL, (size_t)GDR_SLOT_MAX * sizeof(struct gdr_region), PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	size_t size = GDR_REC_ARENA, head;
+	char *p =
+		mmap(NULL, 2 * size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p == MAP_FAILED) {
 		gdr_err("cannot reserve the registration records' address space: %s",
 			strerror(errno));
 		return -ENOMEM;
 	}
-	c->rec_base = p;
-	c->rec_mapped = 0;
+	head = (size - ((uintptr_t)p & (size - 1))) & (size - 1);
+	if (head)
+		munmap(p, head);
+	munmap(p + head + size, size - head);
+	p += head;
+	if (mprotect(p, GDR_REC_MAP_STEP, PROT_READ | PROT_WRITE)) {
+		munmap(p, size);
+		return -ENOMEM;
+	}
+	c->rec_base = (struct gdr_region *)(void *)p;
+	((struct gdr_rec_head *)(void *)p)->cache = c;
+	c->rec_mapped = GDR_REC_MAP_STEP;
+	c->slot_next = 1;
 	return 0;
 }
 
 void gdr_records_fini(struct gdr_cache *c)
 {
 	if (c->rec_base)
-		munmap(c->rec_base, (size_t)GDR_SLOT_MAX * sizeof(struct gdr_region));
+		munmap(c->rec_base, GDR_REC_ARENA);
 	c->rec_base = NULL;
 }
 
@@ -66,7 +78,7 @@ static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
 
 	if (c->reuse_len > GDR_REUSE_DELAY || (c->reuse_len && c->slot_next == GDR_SLOT_MAX)) {
 		r = c->reuse_head;
-		c->reuse_head = r->defer;
+		c->reuse_head = gdr_region_next(r);
 		if (!c->reuse_head)
 			c->reuse_tail = NULL;
 		c->reuse_len--;
@@ -88,25 +100,36 @@ static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
 		c->rec_mapped = end;
 	}
 	r = &c->rec_base[slot]; /* zeroed: fresh anonymous memory */
-	r->slot = slot;
 	c->slot_next++;
 	*out = r;
 	return 0;
 }
 
+/* Whether another record of r's entry, not retired, shares r's MR (a shared one: the entry's MR
+ * for (pd, access), owned by its records for that pair together). */
+static bool mr_shared(const struct gdr_region *r)
+{
+	for (const struct gdr_region *q = r->entry->regions; q; q = gdr_region_next(q))
+		if (q != r && !q->exact && q->mr == r->mr &&
+		    __atomic_load_n(&q->magic, __ATOMIC_RELAXED) != GDR_REGION_DEAD)
+			return true;
+	return false;
+}
+
 /* A record leaves service: every later gdr_dereg of it is refused. Its counters are reset and it
- * is queued for reuse after a grace period (reclaim), when no release that saw it alive is left. */
+ * is queued for reuse after a grace period (reclaim), when no release that saw it alive is left.
+ * Its MR goes with it if it is its own, or the last record of its entry's (pd, access). */
 void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r)
 {
 	__atomic_add_fetch(&c->gen, 1, __ATOMIC_SEQ_CST); /* memos of it are void */
 	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
-	if (r->exact && r->mr) {
-		/* Its own MR: nobody holds the record any more. */
+	if (r->entry && r->mr && (r->exact || !mr_shared(r))) {
+		/* Nobody holds the record (or any of its entry's for that pair) any more. */
 		gdr_verbs_dereg(c->sys.verbs, r->mr);
 		r->mr = NULL;
-		if (r->entry && r->entry->nexact)
-			r->entry->nexact--;
 	}
+	if (r->exact && r->entry && r->entry->nexact)
+		r->entry->nexact--;
 }
 
 /* Free what was retired: no lookup can still be reading it once a grace period that began after
@@ -119,7 +142,7 @@ static void free_deferred(struct gdr_cache *c)
 	while ((e = c->deferred)) {
 		c->deferred = e->defer;
 		while ((r = e->regions)) {
-			e->regions = r->next;
+			e->regions = gdr_region_next(r);
 			gdr_record_free(c, r);
 		}
 		if (e->tags != &e->tag0)
@@ -127,7 +150,7 @@ static void free_deferred(struct gdr_cache *c)
 		free(e);
 	}
 	while ((r = c->deferred_regions)) {
-		c->deferred_regions = r->defer;
+		c->deferred_regions = gdr_region_next(r);
 		gdr_record_free(c, r);
 	}
 	gdr_index_reclaim(&c->index);
@@ -192,15 +215,11 @@ int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, 
 		   uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
 {
 	struct gdr_region *r;
-	uint32_t slot;
 	int rc = record_alloc(c, &r);
 
 	if (rc)
 		return rc;
-	slot = r->slot;
 	memset(r, 0, sizeof(*r));
-	r->slot = slot;
-	r->cache = c;
 	r->entry = e;
 	r->pd = pd;
 	r->access = access;
@@ -222,18 +241,22 @@ void gdr_region_link(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region
 	/* Into the hash first: a table it grows is rebuilt from the entries' lists. */
 	if (__atomic_load_n(&e->state, __ATOMIC_RELAXED) == GDR_LIVE)
 		gdr_index_add_record(&c->index, r);
-	r->next = e->regions;
-	__atomic_store_n(&e->regions, r, __ATOMIC_RELEASE);
+	gdr_region_set_next(r, e->regions);
+	e->regions = r;
 }
 
 void gdr_region_unlink(struct gdr_cache *c, struct gdr_entry *e, struct gdr_region *r)
 {
-	struct gdr_region **p;
+	struct gdr_region *p;
 
 	gdr_index_del_record(&c->index, r);
-	for (p = &e->regions; *p; p = &(*p)->next) {
-		if (*p == r) {
-			__atomic_store_n(p, r->next, __ATOMIC_RELEASE);
+	if (e->regions == r) {
+		e->regions = gdr_region_next(r);
+		return;
+	}
+	for (p = e->regions; p; p = gdr_region_next(p)) {
+		if (p->link == gdr_rec_slot(r)) {
+			p->link = r->link;
 			return;
 		}
 	}
@@ -242,5 +265,8 @@ void gdr_region_unlink(struct gdr_cache *c, struct gdr_entry *e, struct gdr_regi
 /* Under the lock. */
 int64_t gdr_region_holds(struct gdr_cache *c, const struct gdr_region *r)
 {
-	return (int64_t)((uint64_t)gdr_thr_sum(c, r->slot) - (uint64_t)r->released);
+	uint32_t slot = gdr_rec_slot(r);
+	int64_t *rel = gdr_thr_released(c, slot);
+
+	return (int64_t)((uint64_t)gdr_thr_sum(c, slot) - (uint64_t)(rel ? *rel : 0));
 }

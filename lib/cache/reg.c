@@ -80,7 +80,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	if (t->memo_gen == gen && r && gdr_record_serves(r, pd, access, a, len, exact)) {
 		/* The same record as this thread's last hit, and nothing retired since: no search. */
 		e = r->entry;
-		slot = r->slot;
+		slot = gdr_rec_slot(r);
 	} else {
 		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), c->rec_base, pd, access,
 			       a, len, exact, &slot);
@@ -88,7 +88,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	}
 	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
 	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
-	    __atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == GDR_LIVE)
+	    __atomic_load_n(&r->magic, __ATOMIC_SEQ_CST) == GDR_REGION_LIVE)
 		ctr = gdr_thr_counter(t, slot);
 	if (ctr) {
 		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
@@ -216,8 +216,7 @@ static __attribute__((noinline)) int host_put(struct gdr_cache *c, struct gdr_re
 	GDR_KEEP_ERRNO(); /* ibv_dereg_mr */
 
 	gdr_cache_lock(c);
-	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
-	    !__atomic_exchange_n(&r->refs, 0, __ATOMIC_RELAXED)) {
+	if (!gdr_region_handed(r) || !__atomic_exchange_n(&r->used, 0, __ATOMIC_RELAXED)) {
 		c->st.fail_input++;
 		gdr_cache_unlock_plain(c);
 		gdr_err("region %p was already released (double gdr_dereg?)", (void *)r);
@@ -233,20 +232,21 @@ static __attribute__((noinline)) int host_put(struct gdr_cache *c, struct gdr_re
 
 /* A release by a thread that holds none of r itself (another thread registered it): under the
  * lock, where r cannot be retired, and only while the holds summed over threads are above zero.
- * Needs no memory: the hold is given back in the record. */
+ * Needs no memory: the hold is given back in the cache's count for r's slot (thread.h). */
 static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
 {
 	GDR_KEEP_ERRNO(); /* eviction unpins */
+	int64_t *rel;
 
 	gdr_cache_lock(c);
-	if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
-	    gdr_region_holds(c, r) <= 0) {
+	rel = gdr_thr_released(c, gdr_rec_slot(r)); /* there for every slot ever held */
+	if (!gdr_region_handed(r) || !rel || gdr_region_holds(c, r) <= 0) {
 		c->st.fail_input++;
 		gdr_cache_unlock_plain(c);
 		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
 		return -EINVAL;
 	}
-	r->released++;
+	++*rel;
 	if (__atomic_load_n(&r->estate, __ATOMIC_RELAXED) != GDR_LIVE ||
 	    __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
 		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
@@ -276,9 +276,9 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		return -EINVAL;
 	}
 	/* Records are never freed while their cache lives: reading a released one is safe. */
-	c = r->cache;
+	c = gdr_rec_cache(r);
 	if (__builtin_expect(!r->entry, 0)) {
-		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+		if (!gdr_region_handed(r))
 			goto released;
 		return host_put(c, r);
 	}
@@ -287,10 +287,8 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		/* Inside a read-side section: r and its entry are not retired and reused under us,
 		 * and nothing of them is read after the hold is given back but in it. */
 		gdr_thr_enter(t);
-		if (__builtin_expect(__atomic_load_n(&r->magic, __ATOMIC_RELAXED) ==
-					     GDR_REGION_LIVE,
-				     1)) {
-			int64_t *ctr = gdr_thr_counter(t, r->slot);
+		if (__builtin_expect(gdr_region_handed(r), 1)) {
+			int64_t *ctr = gdr_thr_counter(t, gdr_rec_slot(r));
 			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
 
 			if (__builtin_expect(v > 0, 1)) {
@@ -304,7 +302,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		gdr_thr_leave(t);
 	}
 	if (!fast) {
-		if (__atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE)
+		if (!gdr_region_handed(r))
 			goto released;
 		return dereg_locked(c, r);
 	}

@@ -12,8 +12,8 @@ static bool held(const struct gdr_region *r)
 {
 	/* A cached record's holds are spread over per-thread counters (thread.c): only its life is
 	 * checked here. Records stay readable while their cache lives (record.c). */
-	if (!r || __atomic_load_n(&r->magic, __ATOMIC_RELAXED) != GDR_REGION_LIVE ||
-	    (!r->entry && !__atomic_load_n(&r->refs, __ATOMIC_RELAXED))) {
+	if (!r || !gdr_region_handed(r) ||
+	    (!r->entry && !__atomic_load_n(&r->used, __ATOMIC_RELAXED))) {
 		gdr_err("region %p is not a held registration", (const void *)r);
 		return false;
 	}

@@ -7,7 +7,8 @@
  *  - Hold counters. A registration is held through a signed 64-bit counter of the holding thread,
  *    indexed by the registration record's slot: gdr_reg adds one to its own thread's counter,
  *    gdr_dereg subtracts one from it where it is above zero, and otherwise (a release on a thread
- *    that holds none: an MPI progress thread) gives the hold back under the lock, in the record.
+ *    that holds none: an MPI progress thread) gives the hold back under the lock, in the cache's
+ *    count of such releases for the slot (allocated with the first thread's counters of it).
  *    A record is held while the sum is above zero. Only the cache's writers (under its lock) ever
  *    sum, and only after a grace period that makes the sum final (below). A counter of a thread
  *    that only registers grows by one per registration and is reset only when its record is
@@ -266,6 +267,10 @@ void gdr_thr_cache_fini(struct gdr_cache *c)
 		free(t);
 	}
 	c->threads = NULL;
+	for (unsigned i = 0; i < GDR_SLOT_CHUNKS; i++) {
+		free(c->released[i]);
+		c->released[i] = NULL;
+	}
 }
 
 /* A record for this thread: a dead thread's if there is one, else a new one. */
@@ -327,11 +332,13 @@ struct gdr_thr *gdr_thr_find_slow(struct gdr_cache *c)
 	return thr_lookup(c, false);
 }
 
-int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
+int64_t *gdr_thr_counter_alloc(struct gdr_cache *c, struct gdr_thr *t, uint32_t slot)
 {
-	int64_t **pc = &t->chunk[slot / GDR_SLOT_CHUNK];
+	int64_t **pc = &t->chunk[slot / GDR_SLOT_CHUNK], **pr = &c->released[slot / GDR_SLOT_CHUNK];
 	int64_t *ch = __atomic_load_n(pc, __ATOMIC_ACQUIRE);
 
+	if (!*pr && !(*pr = calloc(GDR_SLOT_CHUNK, sizeof(**pr))))
+		return NULL;
 	if (!ch) {
 		ch = calloc(GDR_SLOT_CHUNK, sizeof(*ch));
 		if (!ch)
@@ -339,6 +346,13 @@ int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot)
 		__atomic_store_n(pc, ch, __ATOMIC_RELEASE); /* only its own thread installs it */
 	}
 	return &ch[slot % GDR_SLOT_CHUNK];
+}
+
+int64_t *gdr_thr_released(struct gdr_cache *c, uint32_t slot)
+{
+	int64_t *ch = c->released[slot / GDR_SLOT_CHUNK];
+
+	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
 }
 
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot)
@@ -363,6 +377,8 @@ void gdr_thr_zero(struct gdr_cache *c, uint32_t slot)
 		if (ch)
 			__atomic_store_n(&ch[slot % GDR_SLOT_CHUNK], 0, __ATOMIC_RELAXED);
 	}
+	if (c->released[slot / GDR_SLOT_CHUNK])
+		c->released[slot / GDR_SLOT_CHUNK][slot % GDR_SLOT_CHUNK] = 0;
 }
 
 void gdr_thr_sync(struct gdr_cache *c)

@@ -43,7 +43,13 @@ static inline int64_t *gdr_thr_counter(struct gdr_thr *t, uint32_t slot)
 
 	return ch ? &ch[slot % GDR_SLOT_CHUNK] : NULL;
 }
-int64_t *gdr_thr_counter_alloc(struct gdr_thr *t, uint32_t slot); /* NULL: out of memory */
+/* This thread's counter of slot, its chunk allocated if need be, and the cache's count of holds
+ * given back under the lock for the chunk too (so that such a release needs no memory). Under the
+ * cache's lock. NULL: out of memory. */
+int64_t *gdr_thr_counter_alloc(struct gdr_cache *c, struct gdr_thr *t, uint32_t slot);
+/* The cache's count of slot's holds given back under the lock (a release by a thread with no hold
+ * of its own on it), or NULL where no thread ever held slot's chunk. Under the cache's lock. */
+int64_t *gdr_thr_released(struct gdr_cache *c, uint32_t slot);
 /* The counters of slot summed over threads (modulo 2^64: exact while the true sum fits). */
 int64_t gdr_thr_sum(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);

@@ -334,11 +334,11 @@ static void do_reg(void)
 	CHECK(gdr_region_buffer_id(r, &id) == 0);
 	if (id != fake_cuda_buffer_id(a))
 		fprintf(stderr, "slot %d kind %d va %#llx size %#llx a %#llx len %#llx: id %llu now %llu "
-			"record [%#llx +%#llx) state %u entry [%#llx +%#llx) state %u\n", i,
+			"record [%#llx +%#llx) magic %#x entry [%#llx +%#llx) state %u\n", i,
 			s->kind, (unsigned long long)s->va, (unsigned long long)s->size,
 			(unsigned long long)a, (unsigned long long)len, (unsigned long long)id,
 			(unsigned long long)fake_cuda_buffer_id(a), (unsigned long long)r->start,
-			(unsigned long long)r->size, r->state, (unsigned long long)r->entry->base,
+			(unsigned long long)r->size, r->magic, (unsigned long long)r->entry->base,
 			(unsigned long long)r->entry->len, r->entry->state);
 	CHECK(id == fake_cuda_buffer_id(a));                  /* not a stale allocation */
 	CHECK(fake_backend_pin_current(r, a, len));         /* not stale memory */

@@ -47,7 +47,7 @@ static void test_bytes_per_entry(void **state)
 		entry += malloc_usable_size(e) + MALLOC_HEADER;
 		if (e->tags != &e->tag0)
 			tags += malloc_usable_size(e->tags) + MALLOC_HEADER;
-		for (struct gdr_region *q = e->regions; q; q = q->next)
+		for (struct gdr_region *q = e->regions; q; q = gdr_region_next(q))
 			records += sizeof(*q);
 	}
 	keys = c->index.hix->used;

@@ -166,7 +166,7 @@ static void set_my_counter(struct gdr_region *r, long long v)
 	__typeof__(gdr_thr_counter(t, 0)) ctr;
 
 	assert_non_null(t);
-	ctr = gdr_thr_counter_alloc(t, r->slot);
+	ctr = gdr_thr_counter_alloc(cache, t, gdr_rec_slot(r));
 	assert_non_null(ctr);
 	__atomic_store_n(ctr, (__typeof__(*ctr))v, __ATOMIC_RELAXED);
 }
@@ -527,7 +527,7 @@ static void test_destroy_quiesces_before_counting(void **state)
 	s.r = reg(a);
 	assert_int_equal(gdr_dereg(s.r), 0);
 	t = gdr_thr_get(cache);
-	ctr = gdr_thr_counter_alloc(t, s.r->slot);
+	ctr = gdr_thr_counter_alloc(cache, t, gdr_rec_slot(s.r));
 	gdr_thr_enter(t);                       /* the lookup begins: the entry is LIVE */
 	assert_int_equal(pthread_create(&d, NULL, destroyer, &s), 0);
 	usleep(100000);                         /* destroy runs (and waits for this lookup) */
