@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include "gdrcache.h"
 #include "common/config.h"
+#include "common/defs.h"
 
 struct gdr_verbs_ops;
 
@@ -29,17 +30,20 @@ struct gdr_sys {
 
 /* One pinned range, as a backend made it. */
 struct gdr_be;
-struct gdr_pin {            /* ordered to leave no padding but at the end (an entry holds one) */
+struct gdr_pin { /* 40 bytes (an entry holds one) */
 	uint64_t base, len; /* 64 KiB-aligned */
 	struct gdr_be *be;  /* the backend that pinned it (its device's) */
-	uint64_t kmod_handle;
-	uint64_t dmabuf_offset;
-	int device; /* CUDA ordinal of the memory */
-	uint32_t page_size, page_count;
-	int dmabuf_fd;
-	bool has_kmod;
-	bool has_dmabuf;
+	union {
+		uint64_t kmod_handle; /* has_kmod */
+		int dmabuf_fd;        /* has_dmabuf: a dma-buf of exactly [base, base+len) */
+	};
+	uint32_t page_count;
+	int16_t device;      /* CUDA ordinal of the memory */
+	uint8_t page_shift;  /* gdrcache.ko's page size: 1 << page_shift (0: none) */
+	uint8_t has_kmod : 1;
+	uint8_t has_dmabuf : 1;
 };
+_Static_assert(GDR_MAX_DEVICES <= INT16_MAX, "a device ordinal fits a pin");
 
 struct gdr_be;
 struct gdr_backend_ops {

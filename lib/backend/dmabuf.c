@@ -66,8 +66,7 @@ static int dmabuf_pin(struct gdr_be *b, struct gdr_pin *pin)
 	if (rc)
 		return rc;
 	pin->has_dmabuf = true;
-	pin->dmabuf_fd = fd;
-	pin->dmabuf_offset = 0;
+	pin->dmabuf_fd = fd; /* exported for exactly the pin: offset 0 is its base */
 	return 0;
 }
 
@@ -84,7 +83,7 @@ static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv
 			 uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)b;
-	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, pin->dmabuf_offset + (base - pin->base), len,
+	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, base - pin->base, len,
 				    base, pin->dmabuf_fd, access, mr);
 }
 

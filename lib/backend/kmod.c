@@ -128,6 +128,8 @@ static void kmod_close(struct gdr_be *b)
 	free(k);
 }
 
+static void kmod_unpin(struct gdr_be *b, struct gdr_pin *pin);
+
 static int kmod_pin(struct gdr_be *b, struct gdr_pin *pin)
 {
 	struct gdrcache_pin p = { .va = pin->base, .len = pin->len };
@@ -137,7 +139,13 @@ static int kmod_pin(struct gdr_be *b, struct gdr_pin *pin)
 		return rc;
 	pin->has_kmod = true;
 	pin->kmod_handle = p.handle;
-	pin->page_size = p.page_size;
+	if (!p.page_size || (p.page_size & (p.page_size - 1))) { /* the module's are 4 or 64 KiB */
+		gdr_err("gdrcache.ko pinned [%#llx, +%llu) in pages of %u bytes, not a power of two",
+			(unsigned long long)pin->base, (unsigned long long)pin->len, p.page_size);
+		kmod_unpin(b, pin);
+		return -EIO;
+	}
+	pin->page_shift = (uint8_t)__builtin_ctz(p.page_size);
 	pin->page_count = p.page_count;
 	return 0;
 }

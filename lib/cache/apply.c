@@ -25,7 +25,7 @@ static void drop_range(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 {
 	size_t i = gdr_index_lower(&c->index, lo);
 
-	while (i < c->index.n && c->index.v[i]->base < hi) {
+	while (i < c->index.n && c->index.v[i]->pin.base < hi) {
 		gdr_entry_stale(c, c->index.v[i]);
 		i = gdr_index_lower(&c->index, lo);
 	}

@@ -99,22 +99,22 @@ static inline bool gdr_region_handed(const struct gdr_region *r)
 	return m == GDR_REGION_LIVE || m == GDR_REGION_DYING;
 }
 
-struct gdr_entry { /* ordered to leave no padding; plain malloc (a hit reads no line of it but
-		      pin.be where the backend may revoke) */
-	uint64_t base, len; /* == pin.base/len */
-	struct gdr_region *regions;
-	uint32_t state; /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
-	uint32_t ntags, tags_cap;
-	uint16_t nexact; /* exact records (remote-access MRs of one range each), at most
-			    GDR_EXACT_PER_ENTRY */
-	uint8_t used;    /* taken under the lock since the evictor last looked (CLOCK second
-			    chance; a lock-free hit marks its record's instead) */
-	struct gdr_pin pin;
+struct gdr_entry { /* 136 bytes, plain malloc (a hit reads no line of it but pin.be where the
+		      backend may revoke) */
+	struct gdr_region *regions; /* its records, linked through their slots (under the lock) */
+	struct gdr_pin pin;         /* what it pins: [pin.base, pin.base + pin.len) */
 	struct gdr_tag *tags; /* sorted by start, non-overlapping (under the lock only); the
-				 first one in tag0 while there is only one */
+				 first one in tag0 while there is only one, then an array whose
+				 capacity is ntags rounded up to a power of two */
 	struct gdr_tag tag0;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;       /* retired, freed after the next grace period */
+	uint32_t ntags;
+	uint16_t nexact; /* exact records (remote-access MRs of one range each), at most
+			    GDR_EXACT_PER_ENTRY */
+	uint8_t state;   /* GDR_LIVE in the index; DYING being retired; DETACHED held, out */
+	uint8_t used;    /* taken under the lock since the evictor last looked (CLOCK second
+			    chance; a lock-free hit marks its record's instead) */
 };
 _Static_assert(GDR_EXACT_PER_ENTRY < UINT16_MAX, "nexact fits its field");
 

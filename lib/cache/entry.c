@@ -16,7 +16,7 @@
  * grace period after it orders it before every lookup that may still take a hold (thread.c). */
 void gdr_entry_set_state(struct gdr_entry *e, uint32_t state)
 {
-	__atomic_store_n(&e->state, state, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&e->state, (uint8_t)state, __ATOMIC_SEQ_CST);
 	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		__atomic_store_n(&r->estate, (uint8_t)state, __ATOMIC_SEQ_CST);
 }
@@ -66,7 +66,7 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	e->pin.be->ops->unpin(e->pin.be, &e->pin);
 	c->st.unpins++;
 	c->st.entries--;
-	gdr_stats_pinned(c, -(int64_t)e->len);
+	gdr_stats_pinned(c, -(int64_t)e->pin.len);
 	e->defer = c->deferred;
 	c->deferred = e;
 	c->ndeferred++;
@@ -137,8 +137,8 @@ void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 	c->st.stale++;
 	for (uint32_t i = 0; i < e->ntags; i++)
 		gdr_synced_forget(c, e->tags[i].buffer_id);
-	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->base,
-		(unsigned long long)e->len);
+	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->pin.base,
+		(unsigned long long)e->pin.len);
 	gdr_entry_drop(c, e);
 }
 
@@ -175,7 +175,7 @@ static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t 
 			continue;
 		}
 		if (bytes)
-			*bytes += e->len;
+			*bytes += e->pin.len;
 		/* Dying already, holds final: gdr_settle() needs no grace period. */
 		gdr_entry_drop(c, e);
 		n++;
@@ -215,8 +215,8 @@ int gdr_evict(struct gdr_cache *c, uint64_t need)
 				DL_APPEND(c->lru, e);
 			} else if (entry_unheld_now(c, e)) {
 				gdr_quiesce_mark(e, &cand);
-				picked += e->len;
-				bytes -= e->len;
+				picked += e->pin.len;
+				bytes -= e->pin.len;
 				entries--;
 			}
 			e = next;
@@ -280,21 +280,20 @@ int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 				break;
 		if (i < e->ntags)
 			continue;
-		if (!e->tags_cap) {
+		if (!e->ntags) {
 			e->tags = &e->tag0; /* one allocation: no memory of its own */
-			e->tags_cap = 1;
-		} else if (e->ntags == e->tags_cap) {
-			uint32_t cap = e->tags_cap * 2;
-			struct gdr_tag *v = e->tags == &e->tag0
-						    ? malloc(cap * sizeof(*v))
-						    : realloc(e->tags, cap * sizeof(*v));
+		} else if (!(e->ntags & (e->ntags - 1))) { /* full: capacity is a power of two */
+			struct gdr_tag *v;
 
+			if (e->ntags > UINT32_MAX / 2)
+				return -ENOMEM;
+			v = e->tags == &e->tag0 ? malloc(2 * e->ntags * sizeof(*v))
+						: realloc(e->tags, 2 * e->ntags * sizeof(*v));
 			if (!v)
 				return -ENOMEM;
 			if (e->tags == &e->tag0)
 				v[0] = e->tag0;
 			e->tags = v;
-			e->tags_cap = cap;
 		}
 		for (i = e->ntags; i > 0 && e->tags[i - 1].start > t[k].start; i--)
 			e->tags[i] = e->tags[i - 1];
@@ -330,7 +329,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 
 	if (!tag) {
 		gdr_err("no allocation of entry [%#llx, +%llu) holds %#llx",
-			(unsigned long long)e->base, (unsigned long long)e->len,
+			(unsigned long long)e->pin.base, (unsigned long long)e->pin.len,
 			(unsigned long long)a);
 		return -EIO;
 	}
@@ -351,12 +350,12 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 				if (!m->exact && m->mr && m->pd == pd && m->access == access)
 					break;
 		if (pd && !m) {
-			uint64_t base = exact ? a : e->base, n = exact ? len : e->len;
+			uint64_t base = exact ? a : e->pin.base, n = exact ? len : e->pin.len;
 
 			for (;;) {
 				rc = e->pin.be->ops->reg_mr(e->pin.be, &e->pin, pd, access, base, n,
 							    &own);
-				if ((rc != -ENOMEM && rc != -ENOSPC) || !gdr_evict(c, e->len))
+				if ((rc != -ENOMEM && rc != -ENOSPC) || !gdr_evict(c, e->pin.len))
 					break;
 				c->st.fail_pin_retried++;
 			}

@@ -23,7 +23,7 @@ size_t gdr_index_lower(const struct gdr_index *ix, uint64_t addr)
 		size_t mid = lo + (hi - lo) / 2;
 		const struct gdr_entry *e = ix->v[mid];
 
-		if (e->base + e->len <= addr)
+		if (e->pin.base + e->pin.len <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -35,7 +35,7 @@ struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr)
 {
 	size_t i = gdr_index_lower(ix, addr);
 
-	if (i < ix->n && ix->v[i]->base <= addr)
+	if (i < ix->n && ix->v[i]->pin.base <= addr)
 		return ix->v[i];
 	return NULL;
 }
@@ -234,7 +234,7 @@ int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
 		ix->v = v;
 		ix->cap = cap;
 	}
-	i = gdr_index_lower(ix, e->base);
+	i = gdr_index_lower(ix, e->pin.base);
 	memmove(&ix->v[i + 1], &ix->v[i], (ix->n - i) * sizeof(ix->v[0]));
 	ix->v[i] = e;
 	ix->n++;
@@ -245,7 +245,7 @@ int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
 
 void gdr_index_remove(struct gdr_index *ix, struct gdr_entry *e)
 {
-	size_t i = gdr_index_lower(ix, e->base);
+	size_t i = gdr_index_lower(ix, e->pin.base);
 
 	if (i >= ix->n || ix->v[i] != e)
 		return;

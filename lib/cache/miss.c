@@ -310,27 +310,27 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	 * tags), a stale one dropped; either way it leaves the index first, so no page is pinned
 	 * twice by indexed entries. */
 	i = gdr_index_lower(&c->index, base);
-	while (i < c->index.n && c->index.v[i]->base < end) {
+	while (i < c->index.n && c->index.v[i]->pin.base < end) {
 		struct gdr_entry *o = c->index.v[i];
 
-		if (gdr_entry_check(c, o, o->base, o->len, true) < 0) {
+		if (gdr_entry_check(c, o, o->pin.base, o->pin.len, true) < 0) {
 			gdr_entry_stale(c, o);
 			continue;
 		}
 		rc = gdr_entry_add_tags(e, o->tags, o->ntags);
 		if (rc)
 			goto err_free;
-		if (o->base < base)
-			base = o->base;
-		if (o->base + o->len > end)
-			end = o->base + o->len;
+		if (o->pin.base < base)
+			base = o->pin.base;
+		if (o->pin.base + o->pin.len > end)
+			end = o->pin.base + o->pin.len;
 		c->st.overlap_merged++;
 		gdr_entry_drop(c, o);
 		i = gdr_index_lower(&c->index, base);
 	}
 
-	e->base = e->pin.base = base;
-	e->len = e->pin.len = end - base;
+	e->pin.base = base;
+	e->pin.len = end - base;
 	e->pin.dmabuf_fd = -1;
 	e->pin.device = tags[0].device;
 	e->pin.be = be;
@@ -344,7 +344,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	}
 	DL_APPEND(c->lru, e);
 	c->st.entries++;
-	gdr_stats_pinned(c, (int64_t)e->len);
+	gdr_stats_pinned(c, (int64_t)e->pin.len);
 	*out = e;
 	return 0;
 
@@ -453,7 +453,7 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 		gdr_settle(c);
 		e = NULL;
 	}
-	if (e && a + len <= e->base + e->len) {
+	if (e && a + len <= e->pin.base + e->pin.len) {
 		rc = gdr_entry_check(c, e, a, len, false);
 		if (rc == 0) {
 			c->st.hits++;
@@ -496,7 +496,7 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 	 * shares the entry's pages. If every allocation the entry already serves is still alive, the
 	 * pinned pages have stayed what they were, so the entry serves the new one too. */
 	if (e) {
-		if (gdr_entry_check(c, e, e->base, e->len, true) < 0) {
+		if (gdr_entry_check(c, e, e->pin.base, e->pin.len, true) < 0) {
 			gdr_entry_stale(c, e);
 		} else {
 			rc = gdr_entry_add_tags(e, tags, ntags);

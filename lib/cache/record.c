@@ -202,10 +202,10 @@ void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64
 {
 	uint64_t lo = t->start, hi = t->start + t->size;
 
-	if (e && lo < e->base)
-		lo = e->base;
-	if (e && hi > e->base + e->len)
-		hi = e->base + e->len;
+	if (e && lo < e->pin.base)
+		lo = e->pin.base;
+	if (e && hi > e->pin.base + e->pin.len)
+		hi = e->pin.base + e->pin.len;
 	*start = lo;
 	*size = hi > lo ? hi - lo : 0;
 }

@@ -43,8 +43,8 @@ GDR_EXPORT int gdr_region_range(const struct gdr_region *r, uint64_t *base, uint
 	if (!held(r) || !base || !len)
 		return -EINVAL;
 	if (r->entry) {
-		*base = r->entry->base;
-		*len = r->entry->len;
+		*base = r->entry->pin.base;
+		*len = r->entry->pin.len;
 	} else {
 		gdr_mr_range(r->mr, base, len);
 	}
@@ -77,7 +77,7 @@ GDR_EXPORT int gdr_region_kmod(const struct gdr_region *r, uint64_t *handle, uin
 	if (handle)
 		*handle = r->entry->pin.kmod_handle;
 	if (page_size)
-		*page_size = r->entry->pin.page_size;
+		*page_size = 1u << r->entry->pin.page_shift;
 	if (page_count)
 		*page_count = r->entry->pin.page_count;
 	return 0;
@@ -103,6 +103,6 @@ GDR_EXPORT int gdr_region_dmabuf(const struct gdr_region *r, int *fd, uint64_t *
 	if (!r->entry || !r->entry->pin.has_dmabuf)
 		return -ENOENT;
 	*fd = r->entry->pin.dmabuf_fd;
-	*offset = r->entry->pin.dmabuf_offset;
+	*offset = 0; /* the dma-buf is exported for exactly the pin (gdr_region_range) */
 	return 0;
 }

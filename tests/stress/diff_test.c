@@ -338,8 +338,8 @@ static void do_reg(void)
 			s->kind, (unsigned long long)s->va, (unsigned long long)s->size,
 			(unsigned long long)a, (unsigned long long)len, (unsigned long long)id,
 			(unsigned long long)fake_cuda_buffer_id(a), (unsigned long long)r->start,
-			(unsigned long long)r->size, r->magic, (unsigned long long)r->entry->base,
-			(unsigned long long)r->entry->len, r->entry->state);
+			(unsigned long long)r->size, r->magic, (unsigned long long)r->entry->pin.base,
+			(unsigned long long)r->entry->pin.len, r->entry->state);
 	CHECK(id == fake_cuda_buffer_id(a));                  /* not a stale allocation */
 	CHECK(fake_backend_pin_current(r, a, len));         /* not stale memory */
 	if (pd) {

@@ -137,7 +137,7 @@ static int fb_pin(struct gdr_be *b, struct gdr_pin *pin)
 	if (fake_be.outstanding_bytes > fake_be.max_outstanding_bytes)
 		fake_be.max_outstanding_bytes = fake_be.outstanding_bytes;
 	pin->kmod_handle = p->handle;
-	pin->page_size = GDR_GPU_PAGE;
+	pin->page_shift = (uint8_t)__builtin_ctz(GDR_GPU_PAGE);
 	pin->page_count = (uint32_t)npages;
 out:
 	pthread_mutex_unlock(&lock);
