@@ -30,7 +30,7 @@ struct gdr_sys {
 
 /* One pinned range, as a backend made it. */
 struct gdr_be;
-struct gdr_pin { /* 40 bytes (an entry holds one) */
+struct gdr_pin {            /* 40 bytes (an entry holds one) */
 	uint64_t base, len; /* 64 KiB-aligned */
 	struct gdr_be *be;  /* the backend that pinned it (its device's) */
 	union {
@@ -38,8 +38,8 @@ struct gdr_pin { /* 40 bytes (an entry holds one) */
 		int dmabuf_fd;        /* has_dmabuf: a dma-buf of exactly [base, base+len) */
 	};
 	uint32_t page_count;
-	int16_t device;      /* CUDA ordinal of the memory */
-	uint8_t page_shift;  /* gdrcache.ko's page size: 1 << page_shift (0: none) */
+	int16_t device;     /* CUDA ordinal of the memory */
+	uint8_t page_shift; /* gdrcache.ko's page size: 1 << page_shift (0: none) */
 	uint8_t has_kmod : 1;
 	uint8_t has_dmabuf : 1;
 };

@@ -83,8 +83,8 @@ static int dmabuf_reg_mr(struct gdr_be *b, const struct gdr_pin *pin, struct ibv
 			 uint64_t base, uint64_t len, struct ibv_mr **mr)
 {
 	(void)b;
-	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, base - pin->base, len,
-				    base, pin->dmabuf_fd, access, mr);
+	return gdr_verbs_reg_dmabuf(b->sys.verbs, pd, base - pin->base, len, base, pin->dmabuf_fd,
+				    access, mr);
 }
 
 const struct gdr_backend_ops gdr_backend_dmabuf_ops = {

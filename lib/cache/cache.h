@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "validate/validate.h"
 #include "cache/caches.h"
+#include "cache/idset.h"
 #include "cache/index.h"
 #include "cache/thread.h"
 
@@ -103,9 +104,9 @@ struct gdr_entry { /* 136 bytes, plain malloc (a hit reads no line of it but pin
 		      backend may revoke) */
 	struct gdr_region *regions; /* its records, linked through their slots (under the lock) */
 	struct gdr_pin pin;         /* what it pins: [pin.base, pin.base + pin.len) */
-	struct gdr_tag *tags; /* sorted by start, non-overlapping (under the lock only); the
-				 first one in tag0 while there is only one, then an array whose
-				 capacity is ntags rounded up to a power of two */
+	struct gdr_tag *tags;       /* sorted by start, non-overlapping (under the lock only); the
+				       first one in tag0 while there is only one, then an array whose
+				       capacity is ntags rounded up to a power of two */
 	struct gdr_tag tag0;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;       /* retired, freed after the next grace period */
@@ -117,8 +118,6 @@ struct gdr_entry { /* 136 bytes, plain malloc (a hit reads no line of it but pin
 			    chance; a lock-free hit marks its record's instead) */
 };
 _Static_assert(GDR_EXACT_PER_ENTRY < UINT16_MAX, "nexact fits its field");
-
-struct gdr_sync_set; /* buffer ids given SYNC_MEMOPS (uthash) */
 
 /* A retired record is reused only after this many others were retired after it. */
 #define GDR_REUSE_DELAY 1024
@@ -159,8 +158,7 @@ struct gdr_cache {
 	size_t rec_mapped;        /* bytes of the records' array made usable */
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
-	struct gdr_sync_set *synced;
-	uint64_t nsynced;
+	struct gdr_idset synced; /* allocations given SYNC_MEMOPS (miss.c) */
 	struct gdr_cache_stats st;
 	struct gdr_cache_settings set; /* resolved at create, then immutable (get_settings) */
 	uint64_t nhost;                /* host registrations held (passed through, not cached) */

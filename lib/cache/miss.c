@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uthash.h>
 #include <utlist.h>
 
 #include "cache/cache.h"
@@ -16,46 +15,33 @@
 #include "cuda/cuda_abi.h"
 #include "nic/verbs.h"
 
-/* Buffer ids that got SYNC_MEMOPS (or proved VMM), so it is set once per allocation. */
-struct gdr_sync_set {
-	uint64_t id;
-	uint8_t kind;
-	uint32_t misses; /* pins made for this allocation (the pin extent's history) */
-	UT_hash_handle hh;
-};
+/* The SYNC_MEMOPS set (c->synced, idset.h): buffer ids that got SYNC_MEMOPS (or proved VMM), so
+ * that it is set once per allocation; each id's byte holds its memory kind and how many pins were
+ * made for it (the pin extent's history), saturating. */
+#define SYNCED_KIND(v) ((uint8_t)((v)&15))
+#define SYNCED_MISSES(v) ((uint8_t)((v) >> 4))
+#define SYNCED_VAL(kind, misses) ((uint8_t)((kind) | (misses) << 4))
+_Static_assert(GDR_MEM_POOL < 16, "a memory kind fits 4 bits");
 
 /* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
 
 void gdr_synced_forget(struct gdr_cache *c, uint64_t id)
 {
-	struct gdr_sync_set *s;
-
-	HASH_FIND(hh, c->synced, &id, sizeof(id), s);
-	if (s) {
-		HASH_DEL(c->synced, s);
-		free(s);
-		c->nsynced--;
-	}
+	gdr_idset_del(&c->synced, id);
 }
 
 void gdr_synced_free(struct gdr_cache *c)
 {
-	struct gdr_sync_set *s, *st;
-
-	HASH_ITER(hh, c->synced, s, st) {
-		HASH_DEL(c->synced, s);
-		free(s);
-	}
+	gdr_idset_free(&c->synced);
 }
 
 static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 {
-	struct gdr_sync_set *s;
+	uint8_t *v = gdr_idset_find(&c->synced, t->buffer_id);
 	int rc;
 
-	HASH_FIND(hh, c->synced, &t->buffer_id, sizeof(t->buffer_id), s);
-	if (s) {
-		t->kind = s->kind;
+	if (v) {
+		t->kind = SYNCED_KIND(*v);
 		return 0;
 	}
 	rc = gdr_cuda_set_sync_memops(t->start);
@@ -84,22 +70,10 @@ static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 		c->st.fail_cuda++;
 		return rc;
 	}
-	s = malloc(sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->id = t->buffer_id;
-	s->kind = t->kind;
-	s->misses = 0;
-	HASH_ADD(hh, c->synced, id, sizeof(s->id), s);
-	/* Bounded: forget the oldest ids (insertion order); repeating SYNC_MEMOPS is harmless. */
-	if (++c->nsynced > 4 * c->cfg.max_entries + 1024) {
-		struct gdr_sync_set *old = c->synced;
-
-		HASH_DEL(c->synced, old);
-		free(old);
-		c->nsynced--;
-	}
-	return 0;
+	/* Bounded: an id is forgotten for each past the bound; repeating SYNC_MEMOPS is harmless. */
+	return gdr_idset_put(&c->synced, t->buffer_id, SYNCED_VAL(t->kind, 0),
+			     c->cfg.max_entries < UINT32_MAX / 8 ? 4 * c->cfg.max_entries + 1024
+								 : UINT32_MAX / 2);
 }
 
 /* ---- classification and pinning --------------------------------------------------------------- */
@@ -261,13 +235,16 @@ static void pin_extent(struct gdr_cache *c, uint64_t a, uint64_t len, uint64_t l
 		       const struct gdr_tag *tags, uint64_t *base, uint64_t *end)
 {
 	uint64_t size = hi - lo, misses = 0;
-	struct gdr_sync_set *s;
+	uint8_t *v;
 
 	if (size <= c->cfg.max_pin_bytes && size <= c->cfg.max_bytes / 32)
 		goto whole;
-	HASH_FIND(hh, c->synced, &tags[0].buffer_id, sizeof(tags[0].buffer_id), s);
-	if (s)
-		misses = s->misses++;
+	v = gdr_idset_find(&c->synced, tags[0].buffer_id);
+	if (v) {
+		misses = SYNCED_MISSES(*v);
+		if (misses < 15)
+			*v = SYNCED_VAL(SYNCED_KIND(*v), misses + 1);
+	}
 	if (misses >= PIN_WHOLE_AFTER && size <= c->cfg.max_pin_bytes &&
 	    size <= c->cfg.max_bytes / 16)
 		goto whole;
