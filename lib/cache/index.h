@@ -20,8 +20,9 @@ struct gdr_region;
  * granule it covers in 512ths (so that a lookup reads only a record that may hold the address,
  * where several records share a granule), and a fingerprint of the key (granule, level), never 0.
  * A lookup of an address probes, for each level that holds records (most populated first), its
- * key: open addressing, linear probing, 8-byte slots, at most half full. A slot is written whole
- * (release) and never changes while it is there; removal writes a tombstone. Since the slot gives
+ * key: open addressing, linear probing from the key's bucket of four slots, 8-byte slots, at most
+ * half full. A slot is written whole (release) and never changes while it is there; removal
+ * writes a tombstone. Since the slot gives
  * the record's number, a hit loads the record and its hold counter at once, not one after the
  * other. A fingerprint may match another key's slot: a reader trusts a record only after checking
  * that it serves the request (its range lies in its entry's), then checks its state, so a false
@@ -67,9 +68,19 @@ static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
 {
 	return ((addr >> gdr_hix_shift(k)) << 4 | k) + 2;
 }
+/* The slots are in buckets of GDR_HIX_BUCKET (32 bytes: never across a cache line, the table
+ * being 64-byte aligned): a key's probe run starts at the first slot of its bucket, so that a
+ * lookup finds the key's slots in the bucket it reads first, without a branch (reg.c), but where
+ * the bucket overflowed into the next. */
+#define GDR_HIX_BUCKET 4
 static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
 {
-	return (key * 0x9e3779b97f4a7c15ULL) >> (64 - bits);
+	/* Fibonacci hashing of the granule, the level in the top bits: the granules of one level
+	 * step by the golden ratio and spread evenly over the buckets. (Hashing key itself, where
+	 * they step by 16, piled neighbouring granules into a few buckets: 16 times the golden
+	 * ratio is close to 8/9.) */
+	return (((key >> 4) ^ key << 60) * 0x9e3779b97f4a7c15ULL) >> (64 - bits) &
+	       ~(uint64_t)(GDR_HIX_BUCKET - 1);
 }
 /* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match
  * no key). Another multiplier than gdr_hix_pos's, so that keys in one run of slots differ. */

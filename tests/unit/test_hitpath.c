@@ -488,6 +488,80 @@ static void test_random_hits_through_the_hash(void **state)
 		free_evented(va[i]);
 }
 
+/* The region a registration got serves what was asked: the range, and the PD of its MR. */
+static void assert_serves(struct gdr_region *r, struct ibv_pd *pd, uint64_t a, uint64_t len,
+			  bool exact)
+{
+	uint64_t base, rlen;
+	struct ibv_mr *mr = NULL;
+
+	assert_int_equal(gdr_region_range(r, &base, &rlen), 0);
+	assert_true(base <= a && a + len <= base + rlen);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_true(!pd == !mr);
+	if (pd) {
+		assert_ptr_equal(mr->pd, pd);
+		if (exact)
+			assert_true((uint64_t)(uintptr_t)mr->addr == a && mr->length == len);
+	}
+}
+
+/* The hash's cases besides one record a key: the bucket read whole finds the key's record among
+ * neighbours of the same granule; a record of another PD or access of the same allocation, and
+ * exact remote-access records inside the shared one, share its key and its range, so the first
+ * candidate does not serve and the walk must; small allocations packed in one granule overflow
+ * its bucket. Each of them, asked again, is a lock-free hit that serves what was asked. */
+static void test_hash_keys_with_many_records(void **state)
+{
+	enum { NSMALL = 64, ROUNDS = 3 };
+	struct ibv_pd *pds[3] = { NULL, FAKE_PD, FAKE_PD2 };
+	uint64_t big[4], small[NSMALL], hits = 0, misses = 0;
+	int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
+	(void)state;
+	for (int i = 0; i < 4; i++) /* 1 MiB each: two to a 2 MiB granule */
+		big[i] = fake_cuda_alloc(MiB);
+	for (int i = 0; i < NSMALL; i++) /* 512 B each: eight to a 4 KiB granule */
+		small[i] = fake_cuda_alloc(512);
+	for (int round = 0; round <= ROUNDS; round++) {
+		if (round == 1) {
+			hits = stats().fast_hits;
+			misses = stats().misses;
+		}
+		for (int i = 0; i < 4; i++) {
+			for (int p = 0; p < 3; p++) {
+				struct gdr_region *r = reg_pd(pds[p], big[i] + 8192 * p, 4096);
+
+				assert_serves(r, pds[p], big[i] + 8192 * p, 4096, false);
+				assert_int_equal(gdr_dereg(r), 0);
+			}
+			for (int q = 0; q < 3; q++) { /* exact records, inside the shared one */
+				uint64_t a = big[i] + 65536 * (q + 1);
+				struct gdr_region *r = NULL;
+
+				assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 65536,
+							 remote, &r),
+						 0);
+				assert_serves(r, FAKE_PD, a, 65536, true);
+				assert_int_equal(gdr_dereg(r), 0);
+			}
+		}
+		for (int i = 0; i < NSMALL; i++) {
+			struct gdr_region *r = reg(small[i], 512);
+
+			assert_serves(r, NULL, small[i], 512, false);
+			assert_int_equal(region_id(r), fake_cuda_buffer_id(small[i]));
+			assert_int_equal(gdr_dereg(r), 0);
+		}
+	}
+	assert_int_equal(stats().misses, misses);
+	assert_int_equal(stats().fast_hits, hits + ROUNDS * (4 * 6 + NSMALL));
+	for (int i = 0; i < 4; i++)
+		free_evented(big[i]);
+	for (int i = 0; i < NSMALL; i++)
+		free_evented(small[i]);
+}
+
 /* A miss retires nothing: it runs no grace period (a membarrier, whose cost grows with the threads
  * of the process); before, every miss paid one to retire the index snapshot it replaced. */
 static void test_miss_runs_no_grace_period(void **state)
@@ -584,6 +658,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_threads_share_and_own, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_hits_through_the_hash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hash_keys_with_many_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_capped_allocation_served_within_its_pin, setup,
