@@ -100,8 +100,8 @@ static inline bool gdr_region_handed(const struct gdr_region *r)
 	return m == GDR_REGION_LIVE || m == GDR_REGION_DYING;
 }
 
-struct gdr_entry { /* 136 bytes, plain malloc (a hit reads no line of it but pin.be where the
-		      backend may revoke) */
+struct gdr_entry { /* 136 bytes, from the cache's chunks (entry.c; a hit reads no line of it
+		      but pin.be where the backend may revoke) */
 	struct gdr_region *regions; /* its records, linked through their slots (under the lock) */
 	struct gdr_pin pin;         /* what it pins: [pin.base, pin.base + pin.len) */
 	struct gdr_tag *tags;       /* sorted by start, non-overlapping (under the lock only); the
@@ -158,7 +158,10 @@ struct gdr_cache {
 	size_t rec_mapped;        /* bytes of the records' array made usable */
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
-	struct gdr_idset synced; /* allocations given SYNC_MEMOPS (miss.c) */
+	struct gdr_idset synced;              /* allocations given SYNC_MEMOPS (miss.c) */
+	struct gdr_entry_chunk *entry_chunks; /* where entries come from (entry.c) */
+	struct gdr_entry *entry_free;         /* entries given back, linked by defer */
+	uint32_t entry_chunk_n;               /* chunks allocated */
 	struct gdr_cache_stats st;
 	struct gdr_cache_settings set; /* resolved at create, then immutable (get_settings) */
 	uint64_t nhost;                /* host registrations held (passed through, not cached) */
@@ -222,7 +225,13 @@ int64_t gdr_region_holds(struct gdr_cache *c, const struct gdr_region *r);
 void gdr_cache_sync(struct gdr_cache *c);
 void gdr_reclaim(struct gdr_cache *c, bool force);
 
-/* entry.c: entries, eviction, holds. */
+/* entry.c: entries, eviction, holds. Entries come from chunks of GDR_ENTRY_CHUNK bytes kept by the
+ * cache until it is destroyed, given back to it (never to malloc) once freed: an entry then costs
+ * its size, not a malloc chunk's (8 bytes of header, 16-byte granules). Under the lock. */
+#define GDR_ENTRY_CHUNK 4096u
+struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c);        /* zeroed; NULL: out of memory */
+void gdr_entry_free(struct gdr_cache *c, struct gdr_entry *e); /* its tags array too */
+void gdr_entries_fini(struct gdr_cache *c);
 void gdr_entry_set_state(struct gdr_entry *e, uint32_t state);
 void gdr_entry_drop(struct gdr_cache *c, struct gdr_entry *e);
 void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e);

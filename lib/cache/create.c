@@ -355,6 +355,7 @@ GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 	c->backend->ops->close(c->backend);
 	gdr_synced_free(c);
 	gdr_records_fini(c);
+	gdr_entries_fini(c);
 	gdr_index_free(&c->index);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

@@ -39,6 +39,73 @@ static bool entry_used_clear(struct gdr_entry *e)
 
 /* ---- entries ------------------------------------------------------------------------------- */
 
+/* Under AddressSanitizer a free entry is poisoned, as malloc's would be: a use after free is
+ * still reported though the memory stays the cache's. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ENTRY_POISON(e) ASAN_POISON_MEMORY_REGION((e), sizeof(*(e)))
+#define ENTRY_UNPOISON(e) ASAN_UNPOISON_MEMORY_REGION((e), sizeof(*(e)))
+#else
+#define ENTRY_POISON(e) ((void)(e))
+#define ENTRY_UNPOISON(e) ((void)(e))
+#endif
+
+struct gdr_entry_chunk {
+	struct gdr_entry_chunk *next;
+	struct gdr_entry e[];
+};
+#define ENTRIES_PER_CHUNK                                                                          \
+	((GDR_ENTRY_CHUNK - sizeof(struct gdr_entry_chunk)) / sizeof(struct gdr_entry))
+
+struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c)
+{
+	struct gdr_entry *e = c->entry_free;
+
+	if (!e) {
+		struct gdr_entry_chunk *k = malloc(GDR_ENTRY_CHUNK);
+
+		if (!k)
+			return NULL;
+		k->next = c->entry_chunks;
+		c->entry_chunks = k;
+		c->entry_chunk_n++;
+		for (size_t i = ENTRIES_PER_CHUNK; i-- > 0;) {
+			k->e[i].defer = c->entry_free;
+			c->entry_free = &k->e[i];
+			ENTRY_POISON(&k->e[i]);
+		}
+		e = c->entry_free;
+	}
+	ENTRY_UNPOISON(e);
+	c->entry_free = e->defer;
+	memset(e, 0, sizeof(*e));
+	return e;
+}
+
+void gdr_entry_free(struct gdr_cache *c, struct gdr_entry *e)
+{
+	if (e->tags != &e->tag0)
+		free(e->tags);
+	e->tags = NULL;
+	e->defer = c->entry_free;
+	c->entry_free = e;
+	ENTRY_POISON(e);
+}
+
+void gdr_entries_fini(struct gdr_cache *c)
+{
+	struct gdr_entry_chunk *k;
+
+	while ((k = c->entry_chunks)) {
+		c->entry_chunks = k->next;
+		for (size_t i = 0; i < ENTRIES_PER_CHUNK; i++)
+			ENTRY_UNPOISON(&k->e[i]); /* malloc's own memory again */
+		free(k);
+	}
+	c->entry_free = NULL;
+	c->entry_chunk_n = 0;
+}
+
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e)
 {
 	int64_t n = 0;

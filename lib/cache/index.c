@@ -226,7 +226,8 @@ int gdr_index_insert(struct gdr_index *ix, struct gdr_entry *e)
 	size_t i;
 
 	if (ix->n == ix->cap) {
-		size_t cap = ix->cap ? ix->cap * 2 : 64;
+		size_t cap =
+			ix->cap ? ix->cap + ix->cap / 2 : 64; /* 1.5x: 8 to 12 bytes an entry */
 		struct gdr_entry **v = realloc(ix->v, cap * sizeof(*v));
 
 		if (!v)

@@ -37,11 +37,11 @@ void gdr_synced_free(struct gdr_cache *c)
 
 static int sync_memops(struct gdr_cache *c, struct gdr_tag *t)
 {
-	uint8_t *v = gdr_idset_find(&c->synced, t->buffer_id);
+	uint8_t v;
 	int rc;
 
-	if (v) {
-		t->kind = SYNCED_KIND(*v);
+	if (gdr_idset_get(&c->synced, t->buffer_id, &v)) {
+		t->kind = SYNCED_KIND(v);
 		return 0;
 	}
 	rc = gdr_cuda_set_sync_memops(t->start);
@@ -235,15 +235,15 @@ static void pin_extent(struct gdr_cache *c, uint64_t a, uint64_t len, uint64_t l
 		       const struct gdr_tag *tags, uint64_t *base, uint64_t *end)
 {
 	uint64_t size = hi - lo, misses = 0;
-	uint8_t *v;
+	uint8_t v;
 
 	if (size <= c->cfg.max_pin_bytes && size <= c->cfg.max_bytes / 32)
 		goto whole;
-	v = gdr_idset_find(&c->synced, tags[0].buffer_id);
-	if (v) {
-		misses = SYNCED_MISSES(*v);
-		if (misses < 15)
-			*v = SYNCED_VAL(SYNCED_KIND(*v), misses + 1);
+	if (gdr_idset_get(&c->synced, tags[0].buffer_id, &v)) {
+		misses = SYNCED_MISSES(v);
+		if (misses < 15) /* a byte changed in place: allocates nothing */
+			gdr_idset_put(&c->synced, tags[0].buffer_id,
+				      SYNCED_VAL(SYNCED_KIND(v), misses + 1), 0);
 	}
 	if (misses >= PIN_WHOLE_AFTER && size <= c->cfg.max_pin_bytes &&
 	    size <= c->cfg.max_bytes / 16)
@@ -276,7 +276,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	} else {
 		pin_extent(c, a, len, lo, hi, tags, &base, &end);
 	}
-	e = calloc(1, sizeof(*e));
+	e = gdr_entry_alloc(c);
 	if (!e)
 		return -ENOMEM;
 	rc = gdr_entry_add_tags(e, tags, ntags);
@@ -326,9 +326,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	return 0;
 
 err_free:
-	if (e->tags != &e->tag0)
-		free(e->tags);
-	free(e);
+	gdr_entry_free(c, e);
 	return rc;
 }
 

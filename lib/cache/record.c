@@ -145,9 +145,7 @@ static void free_deferred(struct gdr_cache *c)
 			e->regions = gdr_region_next(r);
 			gdr_record_free(c, r);
 		}
-		if (e->tags != &e->tag0)
-			free(e->tags);
-		free(e);
+		gdr_entry_free(c, e);
 	}
 	while ((r = c->deferred_regions)) {
 		c->deferred_regions = gdr_region_next(r);

@@ -44,13 +44,13 @@ static void check_same(const struct gdr_idset *s)
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < ref_n; i++) {
-		uint8_t *v = gdr_idset_find(s, ref_id[i]);
+		uint8_t v;
 
-		assert_non_null(v);
-		assert_int_equal(*v, ref_val[i]);
+		assert_int_equal(gdr_idset_get(s, ref_id[i], &v), 1);
+		assert_int_equal(v, ref_val[i]);
 	}
 	for (uint32_t i = 0; i < s->cap; i++)
-		n += s->id[i] != 0;
+		n += s->w[i] != 0;
 	assert_int_equal(n, ref_n);
 	assert_int_equal(s->n, ref_n);
 }
@@ -71,11 +71,12 @@ static void run(uint64_t range, uint32_t max, uint64_t seed)
 			if (i >= 0)
 				ref_del_at(i);
 		} else if (r >> 62 == 1) { /* look up */
-			uint8_t *v = gdr_idset_find(&s, id);
+			uint8_t v;
+			int in = gdr_idset_get(&s, id, &v);
 
-			assert_true((v != NULL) == (i >= 0));
-			if (v)
-				assert_int_equal(*v, ref_val[i]);
+			assert_int_equal(in, i >= 0);
+			if (in)
+				assert_int_equal(v, ref_val[i]);
 		} else { /* put */
 			uint8_t val = (uint8_t)(r >> 8);
 
@@ -83,7 +84,9 @@ static void run(uint64_t range, uint32_t max, uint64_t seed)
 				/* the set forgets one id of its choice: find which */
 				assert_int_equal(gdr_idset_put(&s, id, val, max), 0);
 				for (uint32_t k = 0; k < ref_n; k++) {
-					if (!gdr_idset_find(&s, ref_id[k])) {
+					uint8_t v;
+
+					if (!gdr_idset_get(&s, ref_id[k], &v)) {
 						ref_del_at((int)k);
 						break;
 					}
@@ -123,17 +126,35 @@ static void test_bound_forgets_one_per_put(void **state)
 	run(5000, 100, 0x1234567887654321ULL);
 }
 
-static void test_id_zero_is_never_kept(void **state)
+/* Id 0, and an id too large for a slot's 56 bits, are never kept (the set is a memo); the
+ * largest that fits is, with its byte, beside one that does not fit it by one bit. */
+static void test_ids_not_kept(void **state)
 {
 	struct gdr_idset s = { 0 };
+	uint8_t v = 0;
 
 	(void)state;
-	assert_null(gdr_idset_find(&s, 0));
+	assert_int_equal(gdr_idset_get(&s, 0, &v), 0);
 	assert_int_equal(gdr_idset_put(&s, 0, 7, 0), 0);
-	assert_null(gdr_idset_find(&s, 0));
+	assert_int_equal(gdr_idset_get(&s, 0, &v), 0);
 	assert_int_equal(s.n, 0);
 	gdr_idset_del(&s, 0);
 	gdr_idset_del(&s, 5); /* empty, never allocated */
+	assert_int_equal(gdr_idset_put(&s, GDR_IDSET_ID_MAX + 1, 9, 0), 0);
+	assert_int_equal(gdr_idset_get(&s, GDR_IDSET_ID_MAX + 1, &v), 0);
+	assert_int_equal(gdr_idset_put(&s, UINT64_MAX, 9, 0), 0);
+	assert_int_equal(s.n, 0);
+	assert_int_equal(gdr_idset_put(&s, GDR_IDSET_ID_MAX, 0xab, 0), 0);
+	assert_int_equal(gdr_idset_put(&s, (GDR_IDSET_ID_MAX >> 1) + 1, 0xff, 0), 0);
+	assert_int_equal(gdr_idset_get(&s, GDR_IDSET_ID_MAX, &v), 1);
+	assert_int_equal(v, 0xab);
+	assert_int_equal(gdr_idset_get(&s, (GDR_IDSET_ID_MAX >> 1) + 1, &v), 1);
+	assert_int_equal(v, 0xff);
+	assert_int_equal(gdr_idset_get(&s, GDR_IDSET_ID_MAX + 1, &v), 0);
+	assert_int_equal(s.n, 2);
+	gdr_idset_del(&s, GDR_IDSET_ID_MAX);
+	assert_int_equal(gdr_idset_get(&s, GDR_IDSET_ID_MAX, &v), 0);
+	assert_int_equal(s.n, 1);
 	gdr_idset_free(&s);
 }
 
@@ -142,7 +163,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matches_reference),
 		cmocka_unit_test(test_bound_forgets_one_per_put),
-		cmocka_unit_test(test_id_zero_is_never_kept),
+		cmocka_unit_test(test_ids_not_kept),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
