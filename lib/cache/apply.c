@@ -42,18 +42,56 @@ static bool tag_holds(const struct gdr_tag *t, uint64_t x)
 	return in_range(x, t->start, t->size) || in_range(x, t->alloc_start, t->alloc_size);
 }
 
-/* Drop every indexed entry that has a tag for which gone(c, tag, arg) holds. Every entry is
- * looked at (events are rare next to hits). */
-static void drop_tagged(struct gdr_cache *c,
+/* How far the tags of e reach beyond its pin, either way: a tag describes a whole allocation (its
+ * piece, and the range RANGE_* gave) and a pin may hold only part of it (a large allocation pinned
+ * by the request, a VMM reservation's mapping). */
+static uint64_t entry_reach(const struct gdr_entry *e)
+{
+	uint64_t lo = e->pin.base, hi = e->pin.base + e->pin.len;
+
+	for (uint32_t k = 0; k < e->ntags; k++) {
+		const struct gdr_tag *t = &e->tags[k];
+		uint64_t s = t->start, end = t->start + t->size;
+
+		if (t->alloc_size) {
+			s = t->alloc_start < s ? t->alloc_start : s;
+			end = t->alloc_start + t->alloc_size > end ? t->alloc_start + t->alloc_size
+								   : end;
+		}
+		lo = s < lo ? s : lo;
+		hi = end > hi ? end : hi;
+	}
+	return e->pin.base - lo > hi - (e->pin.base + e->pin.len) ? e->pin.base - lo
+								  : hi - (e->pin.base + e->pin.len);
+}
+
+void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e)
+{
+	uint64_t r = entry_reach(e);
+
+	if (r > c->tag_reach)
+		c->tag_reach = r;
+}
+
+/* Drop every indexed entry that has a tag for which gone(c, tag, arg) holds, where such a tag can
+ * only be one that touches [lo, hi): the entries whose pins lie within the tags' reach of it
+ * (c->tag_reach: the most any indexed entry's tags reach beyond its pin), found in the sorted
+ * index. An allocation or free event costs the entries near it, not every entry. */
+static void drop_tagged(struct gdr_cache *c, uint64_t lo, uint64_t hi,
 			bool (*gone)(struct gdr_cache *c, const struct gdr_tag *t, const void *arg),
 			const void *arg)
 {
-	size_t i = 0;
+	uint64_t wlo = lo > c->tag_reach ? lo - c->tag_reach : 0;
+	uint64_t whi = hi < UINT64_MAX - c->tag_reach ? hi + c->tag_reach : UINT64_MAX;
+	size_t i = gdr_index_lower(&c->index, wlo);
 
-	while (i < c->index.n) {
+	if (!c->index.n)
+		c->tag_reach = 0; /* nothing indexed reaches anywhere */
+	while (i < c->index.n && c->index.v[i]->pin.base < whi) {
 		struct gdr_entry *e = c->index.v[i];
 		bool hit = false;
 
+		c->events_examined++;
 		for (uint32_t k = 0; !hit && k < e->ntags; k++)
 			hit = gone(c, &e->tags[k], arg);
 		if (hit)
@@ -80,7 +118,7 @@ static bool tag_holds_start(struct gdr_cache *c, const struct gdr_tag *t, const 
  * neighbours) changes no page the entry pinned. */
 static void drop_allocation(struct gdr_cache *c, uint64_t start)
 {
-	drop_tagged(c, tag_holds_start, &start);
+	drop_tagged(c, start, start + 1, tag_holds_start, &start);
 }
 
 /* Whether the part of tag t that is its own allocation, RANGE ∩ the tag (a pool allocation's piece
@@ -104,7 +142,7 @@ static bool tag_overlaps(struct gdr_cache *c, const struct gdr_tag *t, const voi
  * handed out again (an allocation event) is no longer what any such tag described. */
 static void drop_reallocated(struct gdr_cache *c, uint64_t lo, uint64_t hi)
 {
-	drop_tagged(c, tag_overlaps, (const uint64_t[2]){ lo, hi });
+	drop_tagged(c, lo, hi, tag_overlaps, (const uint64_t[2]){ lo, hi });
 }
 
 static bool tag_freed(struct gdr_cache *c, const struct gdr_tag *t, const void *arg)
@@ -119,7 +157,7 @@ static bool tag_freed(struct gdr_cache *c, const struct gdr_tag *t, const void *
  * survive a context (docs/FACTS.md, "Several GPUs"), stay. */
 static void revalidate_all(struct gdr_cache *c)
 {
-	drop_tagged(c, tag_freed, NULL);
+	drop_tagged(c, 0, UINT64_MAX, tag_freed, NULL);
 }
 
 /* Apply every free (and allocation) event published so far. Under the lock. */

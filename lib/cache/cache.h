@@ -173,7 +173,9 @@ struct gdr_cache {
 	bool dev_refused[GDR_MAX_DEVICES];
 	struct gdr_be *extra_be[GDR_MAX_DEVICES]; /* opened for a device the first did not serve */
 	uint32_t nextra_be;
-	uint64_t exact_replaced;      /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
+	uint64_t exact_replaced; /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
+	uint64_t tag_reach; /* how far indexed entries' tags reach beyond their pins (apply.c) */
+	uint64_t events_examined;     /* entries looked at by events (white-box tests) */
 	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive; /* every live cache (thread.c) */
 	/* Holds given back under the lock by a thread that held none of the record itself, by
@@ -232,7 +234,7 @@ void gdr_reclaim(struct gdr_cache *c, bool force);
 struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c);        /* zeroed; NULL: out of memory */
 void gdr_entry_free(struct gdr_cache *c, struct gdr_entry *e); /* its tags array too */
 void gdr_entries_fini(struct gdr_cache *c);
-void gdr_entry_set_state(struct gdr_entry *e, uint32_t state);
+void gdr_entry_set_state(struct gdr_entry *e, uint8_t state);
 void gdr_entry_drop(struct gdr_cache *c, struct gdr_entry *e);
 void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e);
 void gdr_settle(struct gdr_cache *c);
@@ -283,6 +285,9 @@ void gdr_synced_free(struct gdr_cache *c);
 
 /* apply.c: free events. Apply every event published so far (under the lock). */
 void gdr_cache_drain_events(struct gdr_cache *c);
+/* An indexed entry's tags are what they will be (made, or grown): how far they reach beyond its pin
+ * widens the window an event looks through (c->tag_reach). Under the lock. */
+void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e);
 /* Whether a free in flight may concern a registration that classified [a, a+len) as tags. */
 bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags);
 

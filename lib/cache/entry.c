@@ -14,11 +14,11 @@
 
 /* Set an entry's state, and its mirror in each of its records (what a hit reads). Seq_cst: a
  * grace period after it orders it before every lookup that may still take a hold (thread.c). */
-void gdr_entry_set_state(struct gdr_entry *e, uint32_t state)
+void gdr_entry_set_state(struct gdr_entry *e, uint8_t state)
 {
-	__atomic_store_n(&e->state, (uint8_t)state, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&e->state, state, __ATOMIC_SEQ_CST);
 	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
-		__atomic_store_n(&r->estate, (uint8_t)state, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&r->estate, state, __ATOMIC_SEQ_CST);
 }
 
 /* Whether e was taken since the evictor last looked (by the locked path, or by a hit of one of

@@ -319,6 +319,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 		e->pin.be->ops->unpin(e->pin.be, &e->pin);
 		goto err_free;
 	}
+	gdr_cache_track_reach(c, e);
 	DL_APPEND(c->lru, e);
 	c->st.entries++;
 	gdr_stats_pinned(c, (int64_t)e->pin.len);
@@ -477,6 +478,7 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 			rc = gdr_entry_add_tags(e, tags, ntags);
 			if (rc)
 				return rc;
+			gdr_cache_track_reach(c, e);
 			c->st.hits++;
 			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
 		}

@@ -52,6 +52,8 @@ int gdr_records_init(struct gdr_cache *c)
 	munmap(p + head + size, size - head);
 	p += head;
 	if (mprotect(p, GDR_REC_MAP_STEP, PROT_READ | PROT_WRITE)) {
+		gdr_err("cannot make the registration records' first %u bytes usable: %s",
+			GDR_REC_MAP_STEP, strerror(errno));
 		munmap(p, size);
 		return -ENOMEM;
 	}

@@ -562,6 +562,79 @@ static void test_hash_keys_with_many_records(void **state)
 		free_evented(small[i]);
 }
 
+/* An allocation or free event looks at the entries near the memory it names, not at every entry:
+ * with 1,000 entries cached, an allocation elsewhere and the free of one of them look at a few
+ * (they looked at all 1,000 before, under the lock, in the free and in the next registration). */
+static void test_events_look_near(void **state)
+{
+	enum { N = 1000 };
+	static uint64_t va[N];
+	uint64_t far, before, misses;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		va[i] = fake_cuda_alloc(MiB);
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	}
+	far = fake_cuda_alloc(64 * MiB);
+	before = cache->events_examined;
+	gdr_events_push_kind(GDR_EV_ALLOC, far, 64 * MiB);
+	assert_int_equal(gdr_dereg(reg(va[N / 2], 4096)), 0); /* drains it */
+	assert_true(cache->events_examined - before <= 2);
+	before = cache->events_examined;
+	free_evented(va[N / 3]);
+	va[N / 3] = fake_cuda_alloc(MiB);
+	misses = stats().misses;
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	assert_true(cache->events_examined - before <= 3);
+	assert_int_equal(stats().misses, misses + 1); /* the freed one's new allocation only */
+	assert_int_equal(stats().stale, 1);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+	free_evented(far);
+}
+
+/* The window an event looks through reaches as far as cached tags reach beyond their pins: a
+ * large allocation pinned only where it was asked (4 KiB, 64 KiB-aligned, half-way in) is dropped
+ * by the free of its base address and by an allocation event over its other end, both far from
+ * its pin. A window of the pins alone would keep it, stale. */
+static void test_events_reach_beyond_pins(void **state)
+{
+	uint64_t size = 512 * MiB, big, again, id, base, len, stale;
+	struct gdr_region *r;
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		big = fake_cuda_alloc(size);
+		r = reg(big + size / 2, 4096);
+		assert_int_equal(gdr_region_range(r, &base, &len), 0);
+		assert_true(len < size / 4); /* pinned by the request, not whole */
+		id = region_id(r);
+		assert_int_equal(gdr_dereg(r), 0);
+		stale = stats().stale;
+		if (round == 0) {
+			free_evented(big); /* by its base address, 256 MiB from the pin */
+			again = fake_cuda_alloc(size);
+			r = reg(again + size / 2, 4096); /* applies the event first */
+		} else {
+			/* Its free unseen, the memory allocated again, and an allocation event for
+			 * the first 64 MiB only, 192 MiB from the pin (as a driver's own allocation
+			 * there would publish). */
+			fake_cuda_free(big);
+			again = fake_cuda_alloc(size);
+			gdr_events_push_kind(GDR_EV_ALLOC, again, 64 * MiB);
+			r = reg(again + size / 2, 4096);
+		}
+		assert_int_equal(again, big); /* the VA comes back */
+		assert_int_equal(stats().stale, stale + 1);
+		assert_int_not_equal(region_id(r), id);
+		assert_int_equal(region_id(r), fake_cuda_buffer_id(again));
+		assert_int_equal(gdr_dereg(r), 0);
+		free_evented(again);
+	}
+}
+
 /* A miss retires nothing: it runs no grace period (a membarrier, whose cost grows with the threads
  * of the process); before, every miss paid one to retire the index snapshot it replaced. */
 static void test_miss_runs_no_grace_period(void **state)
@@ -659,6 +732,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_hits_through_the_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hash_keys_with_many_records, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_look_near, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_reach_beyond_pins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_capped_allocation_served_within_its_pin, setup,
