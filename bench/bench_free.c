@@ -9,7 +9,9 @@
  *      machine) is released inside the free, before it returns, so the free returns the memory
  *   4. the same with the library's release done the old way, by hand, after the free (a flush):
  *      what the free plus the later release cost together
- * Also the time the free of a 1 GiB buffer takes to make cuMemGetInfo show it back in (3).
+ * Also the time the free of a 1 GiB buffer takes to make cuMemGetInfo show it back in (3), and,
+ * with 4096 other buffers cached, the free (2) and an allocation followed by a registration hit
+ * (which applies the allocation's event), against the same with one buffer cached.
  *
  * Usage: bench_free [size_MiB=2] [iterations=200]. Needs a GPU; exits 77 without one.
  * Includes only the public header; the CUDA driver is reached with dlopen.
@@ -77,6 +79,44 @@ static double frees(struct gdr_cache *c, size_t size, int n, int reg, int flush)
 	m = t[n / 2];
 	free(t);
 	return m;
+}
+
+/* Median time of cuMemAlloc(size) and then a registration + release of the cached buffer hit (the
+ * first registration after an allocation applies its event), in us; the allocation is freed
+ * untimed. */
+static double alloc_then_hit(struct gdr_cache *c, size_t size, int n, CUdeviceptr hit)
+{
+	double *t = calloc((size_t)n, sizeof(*t)), m;
+
+	for (int i = 0; i < n; i++) {
+		CUdeviceptr p = 0;
+		struct gdr_region *r;
+		double t0 = now_us();
+
+		if (cuMemAlloc(&p, size) || gdr_reg(c, NULL, (void *)(uintptr_t)hit, 4096, 0, &r))
+			return -1;
+		gdr_dereg(r);
+		t[i] = now_us() - t0;
+		cuMemFree(p);
+	}
+	qsort(t, (size_t)n, sizeof(*t), cmp);
+	m = t[n / 2];
+	free(t);
+	return m;
+}
+
+/* k buffers of 1 MiB allocated and registered once (cached), into bufs. 0 or -1. */
+static int crowd(struct gdr_cache *c, CUdeviceptr *bufs, int k)
+{
+	for (int i = 0; i < k; i++) {
+		struct gdr_region *r;
+
+		if (cuMemAlloc(&bufs[i], 1 << 20) ||
+		    gdr_reg(c, NULL, (void *)(uintptr_t)bufs[i], 4096, 0, &r))
+			return -1;
+		gdr_dereg(r);
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -148,6 +188,42 @@ int main(int argc, char **argv)
 	       rel - base);
 	printf("%-62s %8.1f us  (+%.1f)\n", "cuMemFree then a flush releasing the pin (a later op)",
 	       later, later - base);
+
+	/* With many other buffers cached: what an intercepted free, and an allocation (whose event
+	 * the next registration applies), cost then. Events used to look at every cached entry. */
+	{
+		enum { CROWD = 4096 };
+		static CUdeviceptr bufs[CROWD];
+		struct gdr_cache_attr big = { .field_mask = GDR_CACHE_ATTR_VALIDATE |
+							    GDR_CACHE_ATTR_MAX_ENTRIES |
+							    GDR_CACHE_ATTR_MAX_BYTES,
+					      .validate = GDR_VALIDATE_AUTO,
+					      .max_entries = 2 * CROWD,
+					      .max_bytes = 1ULL << 40 };
+		struct gdr_cache *cb;
+		CUdeviceptr one;
+
+		if (!crowd(c, &one, 1)) {
+			printf("%-62s %8.1f us\n", "cuMemAlloc + a cached buffer's reg/dereg, 1 cached",
+			       alloc_then_hit(c, size, n, one));
+			cuMemFree(one);
+		}
+		if (!gdr_cache_create(&big, &cb)) {
+			if (!crowd(cb, bufs, CROWD)) {
+				double freek = frees(cb, size, n, 0, 0);
+
+				printf("%-62s %8.1f us\n",
+				       "cuMemAlloc + a cached buffer's reg/dereg, 4096 cached",
+				       alloc_then_hit(cb, size, n, bufs[CROWD / 2]));
+				printf("%-62s %8.1f us  (+%.1f)\n",
+				       "cuMemFree, patched, nothing registered, 4096 cached", freek,
+				       freek - base);
+			}
+			for (int i = 0; i < CROWD && bufs[i]; i++)
+				cuMemFree(bufs[i]);
+			gdr_cache_destroy(cb);
+		}
+	}
 
 	/* 1 GiB registered, released, freed: cuMemGetInfo right after */
 	if (cuMemGetInfo) {
