@@ -50,11 +50,11 @@ static inline struct gdr_region *hix_walk(const struct gdr_hix *h, struct gdr_re
 	}
 }
 
-/* Of (*x, *d) and (y, (y >> 29) - t), the one of least d into (*x, *d), the first on a tie;
- * selected by a mask (a compiler makes branches of ?: here). */
-static inline void hix_least(uint64_t *x, uint64_t *d, uint64_t y, uint64_t t)
+/* Of (*x, *d) and (y, e), the one of least d into (*x, *d), the first on a tie; selected by a mask
+ * (a compiler makes branches of ?: here). */
+static inline void hix_least(uint64_t *x, uint64_t *d, uint64_t y, uint64_t e)
 {
-	uint64_t e = (y >> 29) - t, m = -(uint64_t)(e < *d);
+	uint64_t m = -(uint64_t)(e < *d);
 
 	*x ^= (*x ^ y) & m;
 	*d ^= (*d ^ e) & m;
@@ -74,28 +74,32 @@ static inline struct gdr_region *hix_bucket(const struct gdr_hix *h, struct gdr_
 					    uint64_t part, uint32_t *slot)
 {
 	const uint64_t *b = &h->v[j];
-	uint64_t t = (fp >> 29) | part, x0, x1, d0 = UINT64_MAX, d1 = UINT64_MAX;
+	uint64_t t = (fp >> 29) | part, x0, x1, x2, x3, d0, d1, d2, d3;
 
 	_Static_assert(GDR_HIX_BUCKET == 4, "hix_bucket reads four slots");
 	x0 = __atomic_load_n(&b[0], __ATOMIC_ACQUIRE);
-	x1 = __atomic_load_n(&b[2], __ATOMIC_ACQUIRE);
-	hix_least(&x0, &d0, x0, t);
-	hix_least(&x1, &d1, x1, t);
-	hix_least(&x0, &d0, __atomic_load_n(&b[1], __ATOMIC_ACQUIRE), t);
-	hix_least(&x1, &d1, __atomic_load_n(&b[3], __ATOMIC_ACQUIRE), t);
-	hix_least(&x0, &d0, x1, t);
-	/* ... and it holds the address if it begins at or before it. */
-	if (__builtin_expect(d0 <= 511 - part && gdr_hix_first(x0) <= part, 1)) {
+	x1 = __atomic_load_n(&b[1], __ATOMIC_ACQUIRE);
+	x2 = __atomic_load_n(&b[2], __ATOMIC_ACQUIRE);
+	x3 = __atomic_load_n(&b[3], __ATOMIC_ACQUIRE);
+	d0 = (x0 >> 29) - t;
+	d1 = (x1 >> 29) - t;
+	d2 = (x2 >> 29) - t;
+	d3 = (x3 >> 29) - t;
+	hix_least(&x0, &d0, x1, d1);
+	hix_least(&x2, &d2, x3, d3);
+	hix_least(&x0, &d0, x2, d2);
+	/* ... and it holds the address if it begins at or before it: one branch. */
+	if (__builtin_expect((d0 <= 511 - part) & (gdr_hix_first(x0) <= part), 1)) {
 		uint32_t s = gdr_hix_slot(x0);
 
 		if (__builtin_expect(gdr_record_serves(&base[s], pd, access, a, len, exact), 1)) {
 			*slot = s;
 			return &base[s];
 		}
-	} else if (!__atomic_load_n(&b[0], __ATOMIC_RELAXED) ||
-		   !__atomic_load_n(&b[1], __ATOMIC_RELAXED) ||
-		   !__atomic_load_n(&b[2], __ATOMIC_RELAXED) ||
-		   !__atomic_load_n(&b[3], __ATOMIC_RELAXED)) {
+	} else if ((__atomic_load_n(&b[0], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		   (__atomic_load_n(&b[1], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		   (__atomic_load_n(&b[2], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		   (__atomic_load_n(&b[3], __ATOMIC_RELAXED) == GDR_HIX_EMPTY)) {
 		return NULL; /* not at this level */
 	}
 	return hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);

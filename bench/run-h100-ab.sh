@@ -1,0 +1,59 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# One tree's library against another's on the GPU machine, the same programs for both (they include
+# only the public header): build/gpucmp/{before,after}/ hold the two libgdrcache.so builds (Release,
+# made on the development machine), build/gpucmp/ the programs built from the after tree
+# (bench_hit with the ucs_rcache column, bench_free, test_gpu, gpu_memkinds), build/ucx-libs the
+# UCX libraries bench_hit needs (bench/ucx-libs.sh); carried with the device tool
+# ([build/gpucmp, build/ucx-libs]). Each part fits one 10-minute device call:
+#   tests   test_gpu and gpu_memkinds against the after library
+#   free    bench_free, before then after
+#   hits R  bench_hit in full, before then after (run R of them: the spread between runs of one
+#           library is the noise)
+#   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows)
+# Output in $OUT (or ./out-ab).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/out-ab}
+C=build/gpucmp
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$ROOT/build/ucx-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
+{
+	echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) CPUs; part ${1:-}"
+	date -u
+	case ${1:-} in
+	tests)
+		with after timeout 300 $C/test_gpu 2>&1 | tail -30
+		echo "test_gpu exit ${PIPESTATUS[0]}"
+		with after timeout 300 $C/gpu_memkinds 2>&1 | grep -v '^gdrcache\[' | tail -25
+		echo "gpu_memkinds exit ${PIPESTATUS[0]}"
+		;;
+	free)
+		for v in before after; do
+			echo "## bench_free: $v"
+			with $v timeout 200 $C/bench_free 2 200
+			echo "bench_free ($v) exit $?"
+		done
+		;;
+	hits)
+		for v in before after; do
+			echo "## bench_hit run ${2:-1}: $v"
+			with $v timeout 250 $C/bench_hit --seconds 0.2 --reps 3 \
+				--csv "$OUT/hits-$v-${2:-1}.csv" 2>/dev/null
+			echo "bench_hit ($v, run ${2:-1}) exit $?"
+		done
+		;;
+	lat)
+		for r in $(seq 1 "${2:-5}"); do
+			for v in before after; do
+				printf '%-6s %s ' "$v" "$r"
+				with $v $C/bench_hit --latency-only --only gdr-events --seconds 0.2 2>&1 |
+					grep '^  gdr-events  ' | grep -v libgdr
+			done
+		done
+		;;
+	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N"; exit 2 ;;
+	esac
+} 2>&1 | tee "$OUT/ab-${1:-none}${2:+-$2}.txt"
