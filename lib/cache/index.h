@@ -64,30 +64,32 @@ static inline unsigned gdr_hix_level(uint64_t size)
 		k++;
 	return k;
 }
+/* The key of addr's granule at level k, hashed once for both its uses below: Fibonacci hashing of
+ * the granule, the level in the top bits (a one-to-one map: the granule has at most 52 bits). The
+ * granules of one level step by the golden ratio and spread evenly over the buckets. (A key that
+ * packed the level below the granule, stepping by 16, piled neighbouring granules into a few
+ * buckets: 16 times the golden ratio is close to 8/9.) */
 static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
 {
-	return ((addr >> gdr_hix_shift(k)) << 4 | k) + 2;
+	return ((addr >> gdr_hix_shift(k)) ^ (uint64_t)k << 60) * 0x9e3779b97f4a7c15ULL;
 }
 /* The slots are in buckets of GDR_HIX_BUCKET (32 bytes: never across a cache line, the table
  * being 64-byte aligned): a key's probe run starts at the first slot of its bucket, so that a
  * lookup finds the key's slots in the bucket it reads first, without a branch (reg.c), but where
- * the bucket overflowed into the next. */
+ * the bucket overflowed into the next. The bucket is the key's top bits. */
 #define GDR_HIX_BUCKET 4
 static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
 {
-	/* Fibonacci hashing of the granule, the level in the top bits: the granules of one level
-	 * step by the golden ratio and spread evenly over the buckets. (Hashing key itself, where
-	 * they step by 16, piled neighbouring granules into a few buckets: 16 times the golden
-	 * ratio is close to 8/9.) */
-	return (((key >> 4) ^ key << 60) * 0x9e3779b97f4a7c15ULL) >> (64 - bits) &
-	       ~(uint64_t)(GDR_HIX_BUCKET - 1);
+	return key >> (64 - bits) & ~(uint64_t)(GDR_HIX_BUCKET - 1);
 }
-/* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match
- * no key). Another multiplier than gdr_hix_pos's, so that keys in one run of slots differ. */
+/* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match no
+ * key): bits 12..37 of the key, apart from the bucket's (a table has fewer than 2^26 slots), so
+ * that the keys of one bucket differ. */
 static inline uint64_t gdr_hix_fp(uint64_t key)
 {
-	return ((key * 0xc2b2ae3d27d4eb4fULL) >> GDR_HIX_FP_SHIFT | 1) << GDR_HIX_FP_SHIFT;
+	return ((key >> 12 & ((1ULL << (64 - GDR_HIX_FP_SHIFT)) - 1)) | 1) << GDR_HIX_FP_SHIFT;
 }
+_Static_assert(GDR_HIX_SLOT_BITS + 3 <= 26, "a table's slots number fewer than 2^26");
 /* A slot's word: its key's fingerprint (as gdr_hix_fp gives it), its record's slot number, and the
  * first and last 512th of the granule the record covers. */
 static inline uint64_t gdr_hix_fp_of(uint64_t w)

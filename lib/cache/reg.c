@@ -50,14 +50,14 @@ static inline struct gdr_region *hix_walk(const struct gdr_hix *h, struct gdr_re
 	}
 }
 
-/* Of (*x, *d) and (y, e), the one of least d into (*x, *d), the first on a tie; selected by a mask
- * (a compiler makes branches of ?: here). */
+/* Of (*x, *d) and (y, e), the one of least d into (*x, *d), the first on a tie: conditional moves
+ * (of scalars, not of an array's elements, which a compiler keeps in memory and branches on). */
 static inline void hix_least(uint64_t *x, uint64_t *d, uint64_t y, uint64_t e)
 {
-	uint64_t m = -(uint64_t)(e < *d);
+	bool less = e < *d;
 
-	*x ^= (*x ^ y) & m;
-	*d ^= (*d ^ e) & m;
+	*x = less ? y : *x;
+	*d = less ? e : *d;
 }
 
 /* The bucket of key fp at slot j, read whole. A slot's top 35 bits are its fingerprint and its
