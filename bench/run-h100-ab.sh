@@ -11,6 +11,7 @@
 #   hits R  bench_hit in full, before then after (run R of them: the spread between runs of one
 #           library is the noise)
 #   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows)
+#   same N  the same, quick (3 runs a point, shorter), for many rounds: a finer alternation
 # Output in $OUT (or ./out-ab).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +55,15 @@ with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
 			done
 		done
 		;;
-	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N"; exit 2 ;;
+	same)
+		for r in $(seq 1 "${2:-10}"); do
+			for v in before after; do
+				printf '%-6s %s ' "$v" "$r"
+				with $v $C/bench_hit --latency-only --only gdr-events --reps 3 \
+					--seconds 0.1 --quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr
+			done
+		done
+		;;
+	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N | same N"; exit 2 ;;
 	esac
 } 2>&1 | tee "$OUT/ab-${1:-none}${2:+-$2}.txt"

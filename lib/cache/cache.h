@@ -258,21 +258,17 @@ static inline bool gdr_entry_revoked(struct gdr_cache *c, const struct gdr_entry
 
 /* Whether record q serves (pd, access, [a, a+len)): an exact record only an exact request of that
  * very range, a shared one any range inside its allocation unless the request needs an exact MR.
- * Branch-free: a hit on random buffers tests its thread's memo and the record its hash slot names,
- * and a test that branched on where the address lies would mispredict on half of them, each time
- * throwing away the work of the next hits the processor had started. (Of d = a - start, wrapped
- * where a < start: a shared record serves while d <= size and len <= size - d, an exact one only
- * d == 0 and len == size.) */
+ * Branches: a hit asks it of a record that nearly always serves (the one its hash slot names, or
+ * its memo once the address is known to lie in the memo's range), so they are predicted, and
+ * cost fewer instructions than a test without them. */
 static inline bool gdr_record_serves(const struct gdr_region *q, const struct ibv_pd *pd,
 				     int access, uint64_t a, uint64_t len, bool exact)
 {
-	uint64_t d = a - q->start, size = q->size;
-	unsigned ok = (unsigned)(q->pd == pd) & (unsigned)(q->access == access) &
-		      (unsigned)(q->exact == exact) & (unsigned)(d <= size) &
-		      (unsigned)(len <= size - d) &
-		      ((unsigned)!q->exact | ((unsigned)(d == 0) & (unsigned)(len == size)));
-
-	return ok != 0;
+	if (q->pd != pd || q->access != access)
+		return false;
+	if (q->exact) /* never for a wide request: its rkey must reach the whole pin */
+		return exact && q->start == a && q->size == len;
+	return !exact && q->start <= a && a + len <= q->start + q->size;
 }
 
 /* miss.c: the locked path of gdr_reg. -EINPROGRESS: a free of the memory is in flight (the caller
