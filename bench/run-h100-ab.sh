@@ -12,6 +12,7 @@
 #           library is the noise)
 #   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows)
 #   same N  the same, quick (3 runs a point, shorter), for many rounds: a finer alternation
+#           ($VARIANTS: other libraries in build/gpucmp/ to alternate, "before after" by default)
 # Output in $OUT (or ./out-ab).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,7 +58,7 @@ with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
 		;;
 	same)
 		for r in $(seq 1 "${2:-10}"); do
-			for v in before after; do
+			for v in ${VARIANTS:-before after}; do
 				printf '%-6s %s ' "$v" "$r"
 				with $v $C/bench_hit --latency-only --only gdr-events --reps 3 \
 					--seconds 0.1 --quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr
