@@ -66,8 +66,8 @@ static inline void hix_least(uint64_t *x, uint64_t *d, uint64_t y, uint64_t e)
  * that ends first (least d) is the only one that may hold it (records of one key do not overlap,
  * but for another pd or access of one allocation, or an exact range: the walk's cases). The
  * least is found pairwise (a tree, not a chain of dependent selections), written out (a compiler
- * keeps a loop's arrays in memory). A bucket with an empty slot and no candidate proves the key
- * absent; any other failure takes the walk. */
+ * keeps a loop's arrays in memory). A bucket with an empty slot and no slot of the key ending at
+ * or after the address proves it absent; any other failure takes the walk. */
 static inline struct gdr_region *hix_bucket(const struct gdr_hix *h, struct gdr_region *base,
 					    const struct ibv_pd *pd, int access, uint64_t a,
 					    uint64_t len, bool exact, uint64_t j, uint64_t fp,
@@ -96,11 +96,15 @@ static inline struct gdr_region *hix_bucket(const struct gdr_hix *h, struct gdr_
 			*slot = s;
 			return &base[s];
 		}
-	} else if ((__atomic_load_n(&b[0], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		   (__atomic_load_n(&b[1], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		   (__atomic_load_n(&b[2], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		   (__atomic_load_n(&b[3], __ATOMIC_RELAXED) == GDR_HIX_EMPTY)) {
-		return NULL; /* not at this level */
+	} else if ((d0 > 511 - part) &
+		   ((__atomic_load_n(&b[0], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		    (__atomic_load_n(&b[1], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		    (__atomic_load_n(&b[2], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
+		    (__atomic_load_n(&b[3], __ATOMIC_RELAXED) == GDR_HIX_EMPTY))) {
+		/* Not at this level: no slot of the key ends at or after the address, and the run
+		 * ends in this bucket. (A slot that does but begins after the address may hide one
+		 * that overlaps it, ending later: an exact range inside a shared one. The walk.) */
+		return NULL;
 	}
 	return hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
 }

@@ -186,7 +186,7 @@ static void test_event_range_and_context_destroy(void **state)
 	assert_int_equal(gdr_dereg(reg(b, 4096)), 0);
 	assert_int_equal(stats().stale, 1);
 	assert_int_equal(stats().entries, 1);
-	gdr_events_push(0, GDR_EVENT_ALL_LEN); /* a context destroyed */
+	gdr_events_push(0, GDR_EVENT_ALL_LEN);       /* a context destroyed */
 	assert_int_equal(gdr_cache_flush(cache), 0); /* the drain dropped everything first */
 	assert_int_equal(stats().entries, 0);
 	assert_int_equal(stats().stale, 2);
@@ -205,8 +205,8 @@ static void test_lost_events_drop_everything(void **state)
 		gdr_events_push(0x1000, 0); /* nothing the cache has */
 	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
 	assert_int_equal(stats().events_lost, 1);
-	assert_int_equal(stats().stale, 1);           /* dropped, though it was valid */
-	assert_int_equal(stats().detached, 1);        /* and held: pinned until released */
+	assert_int_equal(stats().stale, 1);    /* dropped, though it was valid */
+	assert_int_equal(stats().detached, 1); /* and held: pinned until released */
 	assert_int_equal(gdr_dereg(held), 0);
 	assert_int_equal(gdr_cache_flush(cache), 1);
 	assert_int_equal(stats().detached, 0);
@@ -297,8 +297,9 @@ static void test_held_entry_survives_eviction_attempts(void **state)
 	assert_int_equal(gdr_cache_destroy(cache), 0);
 	{
 		struct gdr_cache_attr at = { .field_mask = GDR_CACHE_ATTR_VALIDATE |
-						GDR_CACHE_ATTR_MAX_ENTRIES,
-					     .validate = GDR_VALIDATE_EVENTS, .max_entries = 1 };
+							   GDR_CACHE_ATTR_MAX_ENTRIES,
+					     .validate = GDR_VALIDATE_EVENTS,
+					     .max_entries = 1 };
 
 		assert_int_equal(fake_cache_create(&at, &fake_backend_ops, &cache), 0);
 	}
@@ -324,7 +325,7 @@ static void test_release_pd(void **state)
 	r = reg_pd(FAKE_PD2, a, 4096);
 	assert_int_equal(fake_verbs.outstanding, 2);
 	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD), 0);
-	assert_int_equal(fake_verbs.outstanding, 1);      /* FAKE_PD's MR is gone, the pin stays */
+	assert_int_equal(fake_verbs.outstanding, 1); /* FAKE_PD's MR is gone, the pin stays */
 	assert_int_equal(stats().entries, 1);
 	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD2), -EBUSY); /* r is held */
 	assert_int_equal(fake_verbs.outstanding, 1);
@@ -509,8 +510,11 @@ static void assert_serves(struct gdr_region *r, struct ibv_pd *pd, uint64_t a, u
 /* The hash's cases besides one record a key: the bucket read whole finds the key's record among
  * neighbours of the same granule; a record of another PD or access of the same allocation, and
  * exact remote-access records inside the shared one, share its key and its range, so the first
- * candidate does not serve and the walk must; small allocations packed in one granule overflow
- * its bucket. Each of them, asked again, is a lock-free hit that serves what was asked. */
+ * candidate does not serve and the walk must; an exact record of the shared one's level that ends
+ * before it is the bucket's candidate for the addresses before it, which only the shared one
+ * holds (at the most populated level, where the bucket is read);
+ * small allocations packed in one granule overflow its bucket. Each of them, asked again, is a
+ * lock-free hit that serves what was asked. */
 static void test_hash_keys_with_many_records(void **state)
 {
 	enum { NSMALL = 64, ROUNDS = 3 };
@@ -535,14 +539,18 @@ static void test_hash_keys_with_many_records(void **state)
 				assert_serves(r, pds[p], big[i] + 8192 * p, 4096, false);
 				assert_int_equal(gdr_dereg(r), 0);
 			}
-			for (int q = 0; q < 3; q++) { /* exact records, inside the shared one */
-				uint64_t a = big[i] + 65536 * (q + 1);
+			for (int q = 0; q < 4; q++) { /* exact records, inside the shared one */
+				/* The last one of the shared one's level (over 512 KiB), ending
+				 * before it: the bucket's candidate for the addresses before it,
+				 * which only the shared one holds. */
+				uint64_t a = big[i] + 65536 * (q + 1),
+					 len = q < 3 ? 65536 : 576 * 1024;
 				struct gdr_region *r = NULL;
 
-				assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 65536,
+				assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, len,
 							 remote, &r),
 						 0);
-				assert_serves(r, FAKE_PD, a, 65536, true);
+				assert_serves(r, FAKE_PD, a, len, true);
 				assert_int_equal(gdr_dereg(r), 0);
 			}
 		}
@@ -555,7 +563,31 @@ static void test_hash_keys_with_many_records(void **state)
 		}
 	}
 	assert_int_equal(stats().misses, misses);
-	assert_int_equal(stats().fast_hits, hits + ROUNDS * (4 * 6 + NSMALL));
+	assert_int_equal(stats().fast_hits, hits + ROUNDS * (4 * 7 + NSMALL));
+	/* The same in the most populated level's bucket, where the key is alone (a 4 KiB granule
+	 * inside an 8 KiB allocation: the bucket has empty slots): a bucket that found no candidate
+	 * holding the address took the key for absent, so the shared record was missed lock-free
+	 * (and found under the lock). */
+	{
+		uint64_t eight = fake_cuda_alloc(8192), g = (eight + 4095) & ~4095ULL;
+		struct gdr_region *r = NULL;
+
+		assert_int_equal(gdr_dereg(reg(eight, 8192)), 0);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(g + 512), 1024, remote,
+					 &r),
+				 0);
+		assert_int_equal(gdr_dereg(r), 0);
+		hits = stats().fast_hits;
+		for (int k = 0; k < 3; k++) {
+			/* another buffer's hit between, so that the memo does not serve it */
+			assert_int_equal(gdr_dereg(reg(small[k], 512)), 0);
+			r = reg(g + 128 * k, 128);
+			assert_serves(r, NULL, g + 128 * k, 128, false);
+			assert_int_equal(gdr_dereg(r), 0);
+		}
+		assert_int_equal(stats().fast_hits, hits + 6);
+		free_evented(eight);
+	}
 	for (int i = 0; i < 4; i++)
 		free_evented(big[i]);
 	for (int i = 0; i < NSMALL; i++)
@@ -661,8 +693,10 @@ static void test_miss_runs_no_grace_period(void **state)
 static void test_evictions_share_grace_periods(void **state)
 {
 	enum { N = 3000, LIMIT = 1024 };
-	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_ENTRIES,
-				    .validate = GDR_VALIDATE_EVENTS, .max_entries = LIMIT };
+	struct gdr_cache_attr a = { .field_mask =
+					    GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_ENTRIES,
+				    .validate = GDR_VALIDATE_EVENTS,
+				    .max_entries = LIMIT };
 	static uint64_t va[N];
 	uint64_t syncs, evictions;
 
@@ -688,8 +722,10 @@ static void test_evictions_share_grace_periods(void **state)
  * in its entry's pin: a request running past the pin is not handed that pin lock-free. */
 static void test_capped_allocation_served_within_its_pin(void **state)
 {
-	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_PIN_BYTES,
-				    .validate = GDR_VALIDATE_EVENTS, .max_pin_bytes = MiB };
+	struct gdr_cache_attr a = { .field_mask =
+					    GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_PIN_BYTES,
+				    .validate = GDR_VALIDATE_EVENTS,
+				    .max_pin_bytes = MiB };
 	uint64_t va = fake_cuda_alloc(64 * MiB), base, len, hits;
 	struct gdr_region *r1, *r2;
 
@@ -701,9 +737,9 @@ static void test_capped_allocation_served_within_its_pin(void **state)
 	assert_int_equal(base, va + 64 * 1024);
 	assert_int_equal(len, 64 * 1024);
 	hits = stats().fast_hits;
-	assert_int_equal(gdr_dereg(reg(va + 120 * 1024, 8192)), 0);  /* inside: lock-free */
+	assert_int_equal(gdr_dereg(reg(va + 120 * 1024, 8192)), 0); /* inside: lock-free */
 	assert_int_equal(stats().fast_hits, hits + 1);
-	r2 = reg(va + 120 * 1024, 16384);                             /* past the pin's end */
+	r2 = reg(va + 120 * 1024, 16384); /* past the pin's end */
 	assert_int_equal(stats().fast_hits, hits + 1);
 	assert_int_equal(gdr_region_range(r2, &base, &len), 0);
 	assert_true(base <= va + 120 * 1024 && va + 136 * 1024 <= base + len);
@@ -715,16 +751,20 @@ static void test_capped_allocation_served_within_its_pin(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_events_hit_makes_no_driver_call, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_event_drops_entry_before_next_hit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_hit_makes_no_driver_call, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_event_drops_entry_before_next_hit, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_unevented_free_is_missed_in_events_mode, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_event_range_and_context_destroy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_range_and_context_destroy, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_lost_events_drop_everything, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mode_choice, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_release_on_another_thread_and_double_dereg, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_release_on_another_thread_and_double_dereg,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_entry_survives_eviction_attempts, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_release_pd, setup, teardown),
@@ -735,7 +775,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_events_look_near, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_reach_beyond_pins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_capped_allocation_served_within_its_pin, setup,
 						teardown),
 	};
