@@ -22,9 +22,8 @@ struct gdr_region;
  * A lookup of an address probes, for each level that holds records (most populated first), its
  * key: open addressing, linear probing from the key's bucket of four slots, 8-byte slots, at most
  * half full. A slot is written whole (release) and never changes while it is there; removal
- * writes a tombstone. Since the slot gives
- * the record's number, a hit loads the record and its hold counter at once, not one after the
- * other. A fingerprint may match another key's slot: a reader trusts a record only after checking
+ * writes a tombstone. Since the slot gives the record's number, a hit loads the record and its
+ * hold counter at once, not one after the other. A fingerprint may match another key's slot: a reader trusts a record only after checking
  * that it serves the request (its range lies in its entry's), then checks its state, so a false
  * match, a torn or a stale view can only make it miss, and a miss takes the locked path. A record
  * leaves the hash before it is retired, and records are reused only after a grace period

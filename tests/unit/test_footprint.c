@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Memory per cached entry, all included, computed from the sizes and counts of what the cache holds
  * for many entries of one record each (1 MiB allocations registered once, with no PD and with one):
- * the entry (its first tag inline) as malloc keeps it, its registration record, its share of the
- * sorted index, of the lookup hash (slots over keys), of the SYNC_MEMOPS set and of the cache's
- * counts of holds given back under the lock; apart, the hold counters of each thread that holds
- * it (8 bytes a record). Printed. Bound: issue 16's 256 bytes for what it names (entry, tags,
- * record, index: sorted array and hash) with the holds given back; all of it, with the SYNC_MEMOPS
- * set (an allocation's, kept for allocations no longer cached too), a bound against growth. */
+ * the entry (its first tag inline) as the cache's chunks hold it, its registration record, its
+ * share of the sorted index, of the lookup hash (slots over keys), of the SYNC_MEMOPS set and of
+ * the cache's counts of holds given back under the lock; apart, the hold counters of each thread
+ * that holds it (8 bytes a record). Printed. Bound: issue 16's 256 bytes, all included (with the
+ * SYNC_MEMOPS set, an allocation's, kept for allocations no longer cached too), at 4,096 entries
+ * and on average over a sweep of counts (bytes_sweep says why); the sweep's worst, a bound
+ * against growth. */
 #include <malloc.h>
 #include <setjmp.h>
 #include <stdarg.h>
