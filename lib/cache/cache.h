@@ -131,6 +131,7 @@ struct gdr_cache {
 	uint64_t ev_next;        /* next free event to apply (events mode) */
 	uint64_t gen;            /* bumped before a record is retired (memo) */
 	bool may_revoke;         /* a backend in use revokes (its ops table says so) */
+	bool events;             /* validator->events: hits need no check of their own */
 	int over_limit;          /* limits exceeded (by held entries): __atomic */
 	uint64_t id;             /* unique in the process (thread.c) */
 	struct gdr_thr *threads; /* pushed lock-free, freed at destroy */

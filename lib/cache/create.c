@@ -217,6 +217,7 @@ static int choose_validation(struct gdr_cache *c)
 		}
 	}
 	c->validator = gdr_validator_for(events ? GDR_VALIDATE_EVENTS : GDR_VALIDATE_TAG);
+	c->events = c->validator->events;
 	c->st.validate_mode = (uint64_t)c->validator->mode;
 	c->ev_next = gdr_events_head();
 	return 0;

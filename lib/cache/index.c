@@ -72,7 +72,7 @@ static uint64_t record_word(const struct gdr_region *r, unsigned k, uint64_t g, 
 
 static struct gdr_hix *hix_alloc(uint32_t bits)
 {
-	size_t size = sizeof(struct gdr_hix) + (sizeof(uint64_t) << bits);
+	size_t size = sizeof(struct gdr_hix) + (sizeof(uint64_t) << bits) + gdr_hix_ovf_bytes(bits);
 	struct gdr_hix *h;
 
 	if (posix_memalign((void **)&h, 64, size))
@@ -82,16 +82,22 @@ static struct gdr_hix *hix_alloc(uint32_t bits)
 	return h;
 }
 
-/* Put key's word in a free slot (empty or tombstone), whole (release). */
+/* Put key's word in a free slot (empty or tombstone), whole (release); the buckets it passes get
+ * the key's bit in their overflow filter first. */
 static void hix_put(struct gdr_hix *h, uint64_t key, uint64_t word)
 {
 	uint64_t mask = (1ULL << h->bits) - 1;
+	uint8_t *ovf = (uint8_t *)&h->v[1ULL << h->bits], bit = 1u << gdr_hix_ovf_bit(word);
 
 	for (uint64_t j = gdr_hix_pos(key, h->bits);; j = (j + 1) & mask) {
 		uint64_t sw = h->v[j];
+		uint8_t *f = &ovf[j / GDR_HIX_BUCKET];
 
-		if (sw != GDR_HIX_EMPTY && sw != GDR_HIX_TOMB)
+		if (sw != GDR_HIX_EMPTY && sw != GDR_HIX_TOMB) {
+			if (j % GDR_HIX_BUCKET == GDR_HIX_BUCKET - 1 && !(*f & bit))
+				__atomic_store_n(f, *f | bit, __ATOMIC_RELEASE);
 			continue;
+		}
 		h->dead -= sw == GDR_HIX_TOMB;
 		__atomic_store_n(&h->v[j], word, __ATOMIC_RELEASE);
 		h->used++;
@@ -277,5 +283,6 @@ void gdr_index_free(struct gdr_index *ix)
 
 size_t gdr_index_bytes(const struct gdr_index *ix)
 {
-	return ix->cap * sizeof(ix->v[0]) + sizeof(*ix->hix) + (sizeof(uint64_t) << ix->hix->bits);
+	return ix->cap * sizeof(ix->v[0]) + sizeof(*ix->hix) + (sizeof(uint64_t) << ix->hix->bits) +
+	       gdr_hix_ovf_bytes(ix->hix->bits);
 }

@@ -3,6 +3,7 @@
 #ifndef GDR_CACHE_INDEX_H
 #define GDR_CACHE_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,7 +41,8 @@ struct gdr_hix {
 	uint32_t bits;         /* 1 << bits slots */
 	uint32_t used, dead;   /* live keys, tombstones (under the lock) */
 	struct gdr_hix *defer; /* retired: freed after a grace period */
-	uint64_t v[] __attribute__((aligned(64))); /* slots, eight to a cache line */
+	uint64_t v[] __attribute__((aligned(64))); /* slots, eight to a cache line; then the
+						      buckets' overflow filters */
 };
 struct gdr_index {
 	struct gdr_entry **v;
@@ -80,6 +82,27 @@ static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
 static inline uint64_t gdr_hix_pos(uint64_t key, uint32_t bits)
 {
 	return key >> (64 - bits) & ~(uint64_t)(GDR_HIX_BUCKET - 1);
+}
+/* After the slots, a byte per bucket: the keys whose probe run went past it (the bucket was full
+ * of other keys or tombstones), eight bits of a filter of their fingerprints (gdr_hix_ovf_bit),
+ * cleared only by a new table. A key whose bit is clear has all its slots in its home bucket: a
+ * lookup that finds none of them covering the address takes the key for absent without a walk. */
+static inline size_t gdr_hix_ovf_bytes(uint32_t bits)
+{
+	return (((1ULL << bits) / GDR_HIX_BUCKET + 7) & ~7ULL);
+}
+/* fp's bit in a bucket's filter: bits of the key apart from the bucket's and the forced one. */
+static inline unsigned gdr_hix_ovf_bit(uint64_t fp)
+{
+	return (unsigned)(fp >> (GDR_HIX_FP_SHIFT + 1)) & 7;
+}
+/* Whether a key of fingerprint fp may have left the bucket at slot j (its first). */
+static inline bool gdr_hix_overflowed(const struct gdr_hix *h, uint64_t j, uint64_t fp)
+{
+	const uint8_t *ovf = (const uint8_t *)&h->v[1ULL << h->bits];
+
+	return __atomic_load_n(&ovf[j / GDR_HIX_BUCKET], __ATOMIC_RELAXED) >> gdr_hix_ovf_bit(fp) &
+	       1;
 }
 /* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match no
  * key): bits 12..37 of the key, apart from the bucket's (a table has fewer than 2^26 slots), so

@@ -26,11 +26,12 @@
  * key's bucket (hix_bucket) whole, without a branch; the others, probed only when it failed and
  * mostly to find the key absent, take the walk (hix_walk), which stops at the first empty slot. */
 
-/* The walk of key fp's probe run from slot j, slot by slot: decides every case. */
-static inline struct gdr_region *hix_walk(const struct gdr_hix *h, struct gdr_region *base,
-					  const struct ibv_pd *pd, int access, uint64_t a,
-					  uint64_t len, bool exact, uint64_t j, uint64_t fp,
-					  uint64_t part, uint32_t *slot)
+/* The walk of key fp's probe run from slot j, slot by slot: decides every case. Out of line: the
+ * general path's, for the cases a bucket leaves. */
+static __attribute__((noinline)) struct gdr_region *
+hix_walk(const struct gdr_hix *h, struct gdr_region *base, const struct ibv_pd *pd, int access,
+	 uint64_t a, uint64_t len, bool exact, uint64_t j, uint64_t fp, uint64_t part,
+	 uint32_t *slot)
 {
 	uint64_t mask = (1ULL << h->bits) - 1;
 
@@ -50,68 +51,75 @@ static inline struct gdr_region *hix_walk(const struct gdr_hix *h, struct gdr_re
 	}
 }
 
-/* Of (*x, *d) and (y, e), the one of least d into (*x, *d), the first on a tie: conditional moves
- * (of scalars, not of an array's elements, which a compiler keeps in memory and branches on). */
-static inline void hix_least(uint64_t *x, uint64_t *d, uint64_t y, uint64_t e)
-{
-	bool less = e < *d;
+/* What hix_bucket returns but a slot number: the key is not at this level; the bucket decides
+ * nothing (the walk does); no slot of the bucket holds the address, but the key's run may go on
+ * past it (the next bucket, or the walk, decides). */
+#define HIX_ABSENT (-1)
+#define HIX_WALK (-2)
+#define HIX_NEXT (-3)
 
-	*x = less ? y : *x;
-	*d = less ? e : *d;
+/* Whether slot x is of the key and covers the address (t and part as hix_bucket has them). */
+static inline bool hix_holds(uint64_t x, uint64_t t, uint64_t part)
+{
+	uint64_t y = x - t;
+
+	return (y >> 29 <= 511 - part) & (gdr_hix_first(y) <= part);
 }
 
-/* The bucket of key fp at slot j, read whole. A slot's top 35 bits are its fingerprint and its
- * last 512th; t is the key's fingerprint and the address's 512th: d = (slot >> 29) - t lies in
- * [0, 511 - part] only for the key's slots that end at or after the address, and the one of them
- * that ends first (least d) is the only one that may hold it (records of one key do not overlap,
- * but for another pd or access of one allocation, or an exact range: the walk's cases). The
- * least is found pairwise (a tree, not a chain of dependent selections), written out (a compiler
- * keeps a loop's arrays in memory). A bucket with an empty slot and no slot of the key ending at
- * or after the address proves it absent; any other failure takes the walk. */
-static inline struct gdr_region *hix_bucket(const struct gdr_hix *h, struct gdr_region *base,
-					    const struct ibv_pd *pd, int access, uint64_t a,
-					    uint64_t len, bool exact, uint64_t j, uint64_t fp,
-					    uint64_t part, uint32_t *slot)
+/* The bucket of key fp at slot j, read whole: the slot number of the only record of the key that
+ * may hold the address, HIX_ABSENT, HIX_WALK or HIX_NEXT. A slot's top 35 bits are its fingerprint and its
+ * last 512th; t is the key's fingerprint and the address's 512th, in place: the top 35 bits of
+ * y = slot - t are (last 512th - address's 512th), in [0, 511 - part] only for the key's slots
+ * that end at or after the address (any other slot's wrap or exceed it: another fingerprint
+ * differs by 512 or more, an empty slot's by more than t), and y's low 29 bits are the slot's
+ * own (first 512th, record). So the least y is the key's record that ends first at or after the
+ * address, the only one that may hold it (records of one key do not overlap, but for another pd
+ * or access of one allocation, or an exact range: the walk's cases, which the caller finds when
+ * that record does not serve the request). Least of four: conditional moves, pairwise (a tree,
+ * not a chain). A bucket that no run of the key went past (its filter, index.h) and that holds no
+ * slot of the key covering the address proves it absent. */
+static inline __attribute__((always_inline)) int64_t hix_bucket(const struct gdr_hix *h, uint64_t j,
+								uint64_t fp, uint64_t part)
 {
 	const uint64_t *b = &h->v[j];
-	uint64_t t = (fp >> 29) | part, x0, x1, x2, x3, d0, d1, d2, d3;
+	uint64_t t = fp | part << 29, y0, y1, y2, y3;
 
 	_Static_assert(GDR_HIX_BUCKET == 4, "hix_bucket reads four slots");
-	x0 = __atomic_load_n(&b[0], __ATOMIC_ACQUIRE);
-	x1 = __atomic_load_n(&b[1], __ATOMIC_ACQUIRE);
-	x2 = __atomic_load_n(&b[2], __ATOMIC_ACQUIRE);
-	x3 = __atomic_load_n(&b[3], __ATOMIC_ACQUIRE);
-	d0 = (x0 >> 29) - t;
-	d1 = (x1 >> 29) - t;
-	d2 = (x2 >> 29) - t;
-	d3 = (x3 >> 29) - t;
-	hix_least(&x0, &d0, x1, d1);
-	hix_least(&x2, &d2, x3, d3);
-	hix_least(&x0, &d0, x2, d2);
+	_Static_assert(GDR_HIX_SLOT_BITS + 9 == 29 && GDR_HIX_FP_SHIFT == 38,
+		       "a slot's last 512th is its bits 29..37, its fingerprint above");
+	y0 = __atomic_load_n(&b[0], __ATOMIC_ACQUIRE) - t;
+	y1 = __atomic_load_n(&b[1], __ATOMIC_ACQUIRE) - t;
+	y2 = __atomic_load_n(&b[2], __ATOMIC_ACQUIRE) - t;
+	y3 = __atomic_load_n(&b[3], __ATOMIC_ACQUIRE) - t;
+	y0 = y1 < y0 ? y1 : y0;
+	y2 = y3 < y2 ? y3 : y2;
+	y0 = y2 < y0 ? y2 : y0;
 	/* ... and it holds the address if it begins at or before it: one branch. */
-	if (__builtin_expect((d0 <= 511 - part) & (gdr_hix_first(x0) <= part), 1)) {
-		uint32_t s = gdr_hix_slot(x0);
-
-		if (__builtin_expect(gdr_record_serves(&base[s], pd, access, a, len, exact), 1)) {
-			*slot = s;
-			return &base[s];
-		}
-	} else if ((d0 > 511 - part) &
-		   ((__atomic_load_n(&b[0], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		    (__atomic_load_n(&b[1], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		    (__atomic_load_n(&b[2], __ATOMIC_RELAXED) == GDR_HIX_EMPTY) |
-		    (__atomic_load_n(&b[3], __ATOMIC_RELAXED) == GDR_HIX_EMPTY))) {
-		/* Not at this level: no slot of the key ends at or after the address, and the run
-		 * ends in this bucket. (A slot that does but begins after the address may hide one
-		 * that overlaps it, ending later: an exact range inside a shared one. The walk.) */
-		return NULL;
+	if (__builtin_expect((y0 >> 29 <= 511 - part) & (gdr_hix_first(y0) <= part), 1))
+		return gdr_hix_slot(y0);
+	/* Else, where no slot of the key ends at or after the address: none here holds it. */
+	if (y0 >> 29 <= 511 - part) {
+		/* One does but begins after it: read again whether another slot of the key holds
+		 * it (another pd or access of one allocation, an exact range inside a shared one:
+		 * the walk). Views torn between the two reads can only make a hit miss, and a miss
+		 * takes the locked path. */
+		y0 = __atomic_load_n(&b[0], __ATOMIC_RELAXED);
+		y1 = __atomic_load_n(&b[1], __ATOMIC_RELAXED);
+		y2 = __atomic_load_n(&b[2], __ATOMIC_RELAXED);
+		y3 = __atomic_load_n(&b[3], __ATOMIC_RELAXED);
+		if (hix_holds(y0, t, part) | hix_holds(y1, t, part) | hix_holds(y2, t, part) |
+		    hix_holds(y3, t, part))
+			return HIX_WALK;
 	}
-	return hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
+	/* None here holds it: not at this level, unless the key's run went on past the bucket. */
+	return gdr_hix_overflowed(h, j, fp) ? HIX_NEXT : HIX_ABSENT;
 }
 
-static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, struct gdr_region *base,
-					    const struct ibv_pd *pd, int access, uint64_t a,
-					    uint64_t len, bool exact, uint32_t *slot)
+/* The record serving the request, level by level, most populated first: each level's bucket,
+ * and the walk where the bucket decides nothing or its record does not serve. */
+static struct gdr_region *hix_lookup(const struct gdr_hix *h, struct gdr_region *base,
+				     const struct ibv_pd *pd, int access, uint64_t a, uint64_t len,
+				     bool exact, uint32_t *slot, uint64_t *walks)
 {
 	uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
 
@@ -119,10 +127,17 @@ static inline struct gdr_region *hix_lookup(const struct gdr_hix *h, struct gdr_
 		unsigned k = (unsigned)(order & 15);
 		uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k), fp = gdr_hix_fp(key);
 		uint64_t j = gdr_hix_pos(key, h->bits);
-		struct gdr_region *r =
-			!i ? hix_bucket(h, base, pd, access, a, len, exact, j, fp, part, slot)
-			   : hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
+		int64_t s = hix_bucket(h, j, fp, part);
+		struct gdr_region *r;
 
+		if (s >= 0 && gdr_record_serves(&base[s], pd, access, a, len, exact)) {
+			*slot = (uint32_t)s;
+			return &base[s];
+		}
+		if (s == HIX_ABSENT)
+			continue;
+		__atomic_store_n(walks, *walks + 1, __ATOMIC_RELAXED);
+		r = hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
 		if (r)
 			return r;
 	}
@@ -136,8 +151,113 @@ struct stale_hit {
 	bool revoked;
 };
 
-/* The hit path: no lock, no shared write. 0 and *out; 1: take the locked path; 2: the same, but
- * the entry in *st failed validation (still held). */
+/* What reg_hot leaves to the rest of gdr_reg. */
+enum hot_miss {
+	HOT_GENERAL, /* everything, from the start */
+	HOT_REST,    /* the other levels (reg_rest), then everything */
+	HOT_LEVELS,  /* every level, the first's next bucket too (reg_levels), then everything */
+};
+
+/* reg_hot's from that asks for the memo and the most populated level's bucket alone. */
+#define HOT_FIRST (~0u)
+
+/* The hit path: no lock, no shared write. The record found, held (this thread's hold counter for
+ * it is one higher), or NULL and *how: nothing held, nothing written but this thread's epoch.
+ * Only what most hits need: mode events, and, with from HOT_FIRST, the memo and the most
+ * populated level's bucket alone, few values live (the caller's arguments wait in registers for
+ * the tail call that takes any other case: *how says which); else the levels from the from-th,
+ * each one's bucket, the next bucket where the key's run went on past it, and the walk (out of
+ * line) where these decide nothing. The entry's checks are the caller's. */
+static inline __attribute__((always_inline)) struct gdr_region *
+reg_hot(struct gdr_cache *c, struct gdr_thr *t, const struct ibv_pd *pd, uint64_t a, uint64_t len,
+	int access, bool exact, unsigned from, enum hot_miss *how)
+{
+	struct gdr_region *r = NULL;
+	int64_t *ctr = NULL;
+	uint64_t gen;
+	uint32_t slot = 0;
+
+	*how = HOT_GENERAL;
+	if (__builtin_expect(!c->events, 0) ||
+	    gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
+		return NULL; /* hits need their check, or a free to apply first */
+	gdr_thr_enter(t);
+	gen = __atomic_load_n(&c->gen, __ATOMIC_SEQ_CST);
+	if (from == HOT_FIRST) {
+		r = t->memo;
+		/* Whether a lies in the memo's range first: on random buffers that one test
+		 * fails, and predictably, where the whole test of gdr_record_serves would be paid
+		 * on every hit. */
+		if (r && t->memo_gen == gen && a - r->start < r->size &&
+		    gdr_record_serves(r, pd, access, a, len, exact)) {
+			slot = gdr_rec_slot(r); /* this thread's last hit, nothing retired since */
+		} else {
+			const struct gdr_hix *h = __atomic_load_n(&c->hix, __ATOMIC_ACQUIRE);
+			uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
+			unsigned k = (unsigned)(order & 15); /* level 0 of an empty hash: absent */
+			uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
+			uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
+			int64_t s = hix_bucket(h, j, fp, part);
+
+			r = NULL;
+			if (__builtin_expect(s >= 0, 1)) {
+				r = &c->rec_base[s];
+				slot = (uint32_t)s;
+				if (!gdr_record_serves(r, pd, access, a, len, exact))
+					r = NULL;
+			} else if (s == HIX_ABSENT) {
+				*how = order >> 60 > 1 ? HOT_REST : HOT_GENERAL;
+			} else if (s == HIX_NEXT) {
+				*how = HOT_LEVELS;
+			}
+		}
+	} else {
+		const struct gdr_hix *h = __atomic_load_n(&c->hix, __ATOMIC_ACQUIRE);
+		uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
+
+		unsigned n = (unsigned)(order >> 60);
+
+		/* From the from-th level; a bucket that decides nothing or whose record does not
+		 * serve the request: the walk, out of line. */
+		order >>= 4 * from;
+		for (unsigned i = from; !r && i < n; i++, order >>= 4) {
+			unsigned k = (unsigned)(order & 15);
+			uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
+			uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
+			int64_t s = hix_bucket(h, j, fp, part);
+
+			if (s == HIX_NEXT) /* most runs that leave a bucket end in the next */
+				s = hix_bucket(h, (j + GDR_HIX_BUCKET) & ((1ULL << h->bits) - 1),
+					       fp, part);
+			if (s == HIX_ABSENT)
+				continue;
+			if (s >= 0 &&
+			    gdr_record_serves(&c->rec_base[s], pd, access, a, len, exact)) {
+				r = &c->rec_base[s];
+				slot = (uint32_t)s;
+			} else {
+				__atomic_store_n(&t->walks, t->walks + 1, __ATOMIC_RELAXED);
+				r = hix_walk(h, c->rec_base, pd, access, a, len, exact, j, fp, part,
+					     &slot);
+			}
+		}
+	}
+	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
+	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
+	    __atomic_load_n(&r->magic, __ATOMIC_SEQ_CST) == GDR_REGION_LIVE)
+		ctr = gdr_thr_counter(t, slot);
+	if (ctr) {
+		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+		t->memo = r;
+		t->memo_gen = gen;
+	}
+	gdr_thr_leave(t);
+	return ctr ? r : NULL;
+}
+
+/* The general path's lock-free attempt: every case reg_hot leaves (mode tag, revocation, a walk).
+ * 0 and *out; 1: take the locked path; 2: the same, but the entry in *st failed validation (still
+ * held). */
 static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
 		    uint64_t len, int access, bool exact, struct gdr_region **out,
 		    struct stale_hit *st)
@@ -165,7 +285,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 		slot = gdr_rec_slot(r);
 	} else {
 		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), c->rec_base, pd, access,
-			       a, len, exact, &slot);
+			       a, len, exact, &slot, &t->walks);
 		e = r ? r->entry : NULL;
 	}
 	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
@@ -212,8 +332,9 @@ static __attribute__((noinline)) struct gdr_thr *thr_first(struct gdr_cache *c)
 	return gdr_thr_get(c);
 }
 
-GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
-		       struct gdr_region **region)
+/* gdr_reg whole: every case, checked from the start. */
+static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv_pd *pd, void *addr,
+						 size_t len, int access, struct gdr_region **region)
 {
 	uint64_t a = (uintptr_t)addr;
 	bool wide = access & GDR_ACCESS_WIDE_MR, cached_only = access & GDR_REG_CACHED_ONLY, exact;
@@ -247,6 +368,113 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	if (rc == 1 && cached_only)
 		return -ENOENT; /* nothing asked of the driver, nothing locked */
 	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL, region);
+}
+
+/* A hit reg_hot took where a backend in use revokes: this thread's t->held, held. Revoked, it goes
+ * the general path's way (retired, the hold given back); else it is the hit. */
+static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct ibv_pd *pd, void *addr,
+					      size_t len, int access, struct gdr_region **region)
+{
+	struct gdr_thr *t = gdr_thr_find(c); /* reg_hot's */
+	struct gdr_region *r = t->held;
+	struct stale_hit st = { .e = r->entry,
+				.ctr = gdr_thr_counter(t, gdr_rec_slot(r)),
+				.revoked = true };
+	uint64_t a = (uintptr_t)addr;
+	bool exact;
+
+	t->held = NULL;
+	if (!gdr_entry_revoked(c, st.e)) {
+		if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
+			__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&t->fast_hits, t->fast_hits + 1, __ATOMIC_RELAXED);
+		*region = r;
+		return 0;
+	}
+	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
+	*region = NULL;
+	return reg_slow(c, t, pd, a, len, access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY),
+			exact, access & GDR_REG_CACHED_ONLY, &st, region);
+}
+
+/* A hit of reg_hot: the rest of gdr_reg's. */
+static inline __attribute__((always_inline)) int reg_done(struct gdr_cache *c, struct gdr_thr *t,
+							  struct gdr_region *r, struct ibv_pd *pd,
+							  void *addr, size_t len, int access,
+							  struct gdr_region **region)
+{
+	if (__builtin_expect(__atomic_load_n(&c->may_revoke, __ATOMIC_RELAXED), 0)) {
+		t->held = r;
+		return reg_held(c, pd, addr, len, access, region);
+	}
+	if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
+		__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->fast_hits, t->fast_hits + 1, __ATOMIC_RELAXED);
+	*region = r;
+	return 0;
+}
+
+/* reg_hot from the from-th level, then the general path: the request is checked, and the thread
+ * has its record. */
+static inline __attribute__((always_inline)) int reg_from(struct gdr_cache *c, struct ibv_pd *pd,
+							  void *addr, size_t len, int access,
+							  struct gdr_region **region, unsigned from)
+{
+	bool exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
+	struct gdr_thr *t = gdr_thr_find(c);
+	enum hot_miss how;
+	struct gdr_region *r =
+		reg_hot(c, t, pd, (uintptr_t)addr, len,
+			pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0, exact, from,
+			&how);
+
+	if (__builtin_expect(!r, 0))
+		return reg_general(c, pd, addr, len, access, region);
+	return reg_done(c, t, r, pd, addr, len, access, region);
+}
+
+/* What reg_hot found absent at the most populated level: the other levels. */
+static __attribute__((noinline)) int reg_rest(struct gdr_cache *c, struct ibv_pd *pd, void *addr,
+					      size_t len, int access, struct gdr_region **region)
+{
+	return reg_from(c, pd, addr, len, access, region, 1);
+}
+
+/* What reg_hot found at the most populated level's bucket to have run on past it: every level. */
+static __attribute__((noinline)) int reg_levels(struct gdr_cache *c, struct ibv_pd *pd, void *addr,
+						size_t len, int access, struct gdr_region **region)
+{
+	return reg_from(c, pd, addr, len, access, region, 0);
+}
+
+/* The hit: reg_hot, inline, with what stays live in registers; anything else goes the general
+ * path's way with the caller's arguments as they came (a tail call: the hit pays no prologue for
+ * what it does not do). The request's own checks are the general path's: a hit of a zero length
+ * or a wrapping range cannot be, since no record serves one. */
+GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
+		       struct gdr_region **region)
+{
+	uint64_t a = (uintptr_t)addr;
+	bool exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
+	enum hot_miss how;
+	struct gdr_region *r;
+	struct gdr_thr *t;
+
+	if (__builtin_expect(!c | !region | !len | (a + len < a), 0))
+		return reg_general(c, pd, addr, len, access, region);
+	t = gdr_thr_find(c);
+	if (__builtin_expect(!t, 0))
+		return reg_general(c, pd, addr, len, access, region);
+	r = reg_hot(c, t, pd, a, len, pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0,
+		    exact, HOT_FIRST, &how);
+	if (__builtin_expect(!r, 0)) {
+		if (how == HOT_REST)
+			return reg_rest(c, pd, addr, len, access, region);
+		if (how == HOT_LEVELS)
+			return reg_levels(c, pd, addr, len, access, region);
+		return reg_general(c, pd, addr, len, access, region);
+	}
+	return reg_done(c, t, r, pd, addr, len, access, region);
 }
 
 /* The locked path of gdr_reg: a miss, free events to apply first, or st: the stale entry a hit

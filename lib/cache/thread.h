@@ -18,8 +18,12 @@ struct gdr_region;
 struct gdr_thr {
 	uint64_t epoch; /* odd while looking up without the lock; written by its thread */
 	uint64_t fast_hits, tag_checks; /* counted by its thread */
+	uint64_t
+		walks; /* lookups that walked a probe run (a bucket decided nothing): by its thread,
+			  for tests */
 	struct gdr_region *memo; /* the record of its last lock-free hit, valid while memo_gen is */
 	uint64_t memo_gen;       /* the cache's gen then */
+	struct gdr_region *held; /* a hit's record, held, that gdr_reg checks out of line */
 	int dead;                /* its thread exited: the next new thread takes the record over */
 	struct gdr_thr *next;
 	int64_t *chunk[GDR_SLOT_CHUNKS];

@@ -109,6 +109,67 @@ static void test_kmod_revocation(void **state)
 	fake_cuda_free(a);
 }
 
+static int probe_ok(const char **why)
+{
+	*why = "";
+	return 0;
+}
+
+/* The same in mode events, where a hit goes the inline hit path: a backend that revokes makes it
+ * check the revocation area out of line, with the hold taken. Not revoked: a lock-free hit, no
+ * driver call; revoked: the entry is retired, the hold given back, and the memory pinned again. */
+static void test_kmod_revocation_events(void **state)
+{
+	struct gdr_cache_attr at = { .field_mask = GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE,
+				     .backend = GDR_BACKEND_KMOD,
+				     .validate = GDR_VALIDATE_EVENTS };
+	int (*probe)(const char **) = fake_seams.events_probe;
+	uint64_t a, calls, hits;
+	struct gdr_region *r, *r2;
+	struct gdr_cache_stats s;
+	struct gdr_cache *c = NULL;
+
+	(void)state;
+	fake_seams.events_probe = probe_ok;
+	assert_int_equal(fake_cache_create(&at, NULL, &c), 0);
+	a = fake_cuda_alloc(4 * MiB);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	gdr_cache_get_stats(c, &s);
+	hits = s.fast_hits;
+	calls = fake_cuda_calls_total();
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)(a + 8192 * i), 4096, 0, &r),
+				 0);
+		/* held twice: a second hit while the first is held */
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r2), 0);
+		assert_ptr_equal(r, r2);
+		assert_int_equal(gdr_dereg(r2), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	assert_int_equal(fake_cuda_calls_total(), calls);
+	gdr_cache_get_stats(c, &s);
+	assert_int_equal(s.fast_hits, hits + 6);
+	assert_int_equal(s.pins, 1);
+	assert_int_equal(fake_kmod_revoke(a), 1);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	gdr_cache_get_stats(c, &s);
+	assert_int_equal(s.revoked, 1);
+	assert_int_equal(s.stale, 1);
+	assert_int_equal(s.pins, 2);
+	assert_int_equal(s.fast_hits, hits + 6);
+	assert_int_equal(fake_kmod.outstanding, 1); /* the revoked pin was let go */
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	gdr_cache_get_stats(c, &s);
+	assert_int_equal(s.fast_hits, hits + 7);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_kmod.outstanding, 0);
+	fake_cuda_free(a);
+	fake_seams.events_probe = probe;
+}
+
 static void test_kmod_unavailable(void **state)
 {
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND, .backend = GDR_BACKEND_KMOD };
@@ -250,6 +311,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_kmod, setup),
 		cmocka_unit_test_setup(test_kmod_revocation, setup),
+		cmocka_unit_test_setup(test_kmod_revocation_events, setup),
 		cmocka_unit_test_setup(test_kmod_unavailable, setup),
 		cmocka_unit_test_setup(test_auto_choice, setup),
 		cmocka_unit_test_setup(test_dmabuf, setup),

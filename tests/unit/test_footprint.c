@@ -66,7 +66,8 @@ static size_t bytes_per_entry(struct ibv_pd *pd, int n, bool print, size_t *core
 	}
 	keys = c->index.hix->used;
 	index = c->index.cap * sizeof(c->index.v[0]);
-	hash = (sizeof(c->index.hix->v[0]) << c->index.hix->bits) + sizeof(*c->index.hix);
+	hash = (sizeof(c->index.hix->v[0]) << c->index.hix->bits) + sizeof(*c->index.hix) +
+	       gdr_hix_ovf_bytes(c->index.hix->bits);
 	synced = heap(c->synced.w);
 	assert_int_equal(c->synced.n, (uint32_t)n); /* every allocation got SYNC_MEMOPS once */
 	for (unsigned i = 0; i < GDR_SLOT_CHUNKS; i++)

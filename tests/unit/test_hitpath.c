@@ -489,6 +489,82 @@ static void test_random_hits_through_the_hash(void **state)
 		free_evented(va[i]);
 }
 
+/* This thread's walks of probe runs in the cache (a bucket that decided nothing). */
+static uint64_t walks(void)
+{
+	struct gdr_thr *t = gdr_thr_find(cache);
+
+	assert_non_null(t);
+	return __atomic_load_n(&t->walks, __ATOMIC_RELAXED);
+}
+
+/* Buffers of mixed sizes have their records at several levels of the hash: a hit is found by one
+ * bucket of each level looked at, without walking a probe run. A bucket proves its key absent
+ * where none of the key's slots covers the address and no run of its keys went past it, even
+ * when it is full (of other keys or tombstones), so most hits away from the most populated level
+ * walk nothing (they walked every other level before: three hits in four here, more than one
+ * walk each). What is walked: keys whose own run left their bucket, and filters' false
+ * positives. */
+static void test_levels_found_without_walks(void **state)
+{
+	enum { N = 1024, HITS = 20000 };
+	static uint64_t va[N], size[N];
+	uint64_t x = 0x2545f4914f6cdd1dULL, hits, misses, w;
+	unsigned nlev = 0;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		size[i] = 4096ULL << (x % 11); /* 4 KiB .. 4 MiB */
+		va[i] = fake_cuda_alloc(size[i]);
+		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+	}
+	for (int i = 0; i < N; i++) /* records of entries merged by later neighbours, again */
+		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+	for (unsigned k = 0; k < GDR_HIX_LEVELS; k++)
+		nlev += cache->index.lev_n[k] > N / 16;
+	assert_true(nlev >= 3);
+	/* Some of the table's slots freed: tombstones fill buckets without overflowing them. */
+	for (int i = 0; i < N; i += 7) {
+		free_evented(va[i]);
+		va[i] = fake_cuda_alloc(size[i]);
+		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+	}
+	/* Records of entries merged by new neighbours are made again at their allocation's next
+	 * registration, under the lock: until a whole round is lock-free. */
+	for (int round = 0;; round++) {
+		hits = stats().fast_hits;
+		for (int i = 0; i < N; i++)
+			assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
+		if (stats().fast_hits == hits + N)
+			break;
+		assert_true(round < 4);
+	}
+	hits = stats().fast_hits;
+	misses = stats().misses;
+	w = walks();
+	for (int n = 0; n < HITS; n++) {
+		uint64_t i, off, base, len;
+		struct gdr_region *r;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		i = x % N;
+		off = (x >> 32) % (size[i] / 4096) * 4096;
+		r = reg(va[i] + off, 4096);
+		assert_int_equal(gdr_region_range(r, &base, &len), 0);
+		assert_true(base <= va[i] + off && va[i] + off + 4096 <= base + len);
+		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	assert_int_equal(stats().fast_hits, hits + HITS);
+	assert_int_equal(stats().misses, misses);
+	print_message("%d hits over %u levels, %llu walks\n", HITS, nlev,
+		      (unsigned long long)(walks() - w));
+	assert_true(walks() - w <= HITS / 8);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+}
+
 /* The region a registration got serves what was asked: the range, and the PD of its MR. */
 static void assert_serves(struct gdr_region *r, struct ibv_pd *pd, uint64_t a, uint64_t len,
 			  bool exact)
@@ -772,6 +848,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_hits_through_the_hash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hash_keys_with_many_records, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_levels_found_without_walks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_look_near, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_reach_beyond_pins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
