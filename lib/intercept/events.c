@@ -73,9 +73,11 @@ static struct {
 	uint64_t start, len;
 } inflight[GDR_INFLIGHT_SLOTS];
 static uint32_t overflow;
+static uint32_t busy; /* frees between _begin and _end: a reader that finds none reads no slot */
 
 int gdr_events_free_begin(uint64_t start, uint64_t len)
 {
+	__atomic_add_fetch(&busy, 1, __ATOMIC_SEQ_CST); /* before the slot, cleared after it */
 	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
 		uint32_t st = IF_FREE;
 
@@ -98,11 +100,16 @@ void gdr_events_free_end(int token)
 		__atomic_sub_fetch(&overflow, 1, __ATOMIC_SEQ_CST);
 	else
 		__atomic_store_n(&inflight[token].state, IF_FREE, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&busy, 1, __ATOMIC_SEQ_CST);
 }
 
 bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
 			 const void *arg)
 {
+	/* No free announced now (every slot was free at this load): what a scan that read every
+	 * slot at once would find, without reading the table's lines on every miss. */
+	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
+		return false;
 	if (__atomic_load_n(&overflow, __ATOMIC_SEQ_CST))
 		return true;
 	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
@@ -155,6 +162,7 @@ static void events_fork_child(void)
 	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++)
 		__atomic_store_n(&inflight[i].state, IF_FREE, __ATOMIC_RELAXED);
 	__atomic_store_n(&overflow, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&busy, 0, __ATOMIC_RELAXED);
 }
 
 static void __attribute__((constructor)) events_init(void)
