@@ -918,6 +918,7 @@ __attribute__((visibility("default"))) int bench_hit_main(int argc, char **argv)
 
 /* ---- random sets, one-thread latency distribution, miss parts --------------------------------- */
 
+#define NM 192              /* new allocations each system misses on */
 #define NRAND 4096           /* 1 MiB buffers for the random patterns */
 #define NMIXED 1024          /* mixed-size buffers */
 #define OWN_SET 128          /* buffers per thread, own-rand */
@@ -1094,7 +1095,7 @@ int main(int argc, char **argv)
 	/* [system][threads index][own/shared/own-rand/shared-rand] */
 	double tput[SYS_COUNT][8][4], lat[SYS_COUNT][NPAT], lat_best[SYS_COUNT][NPAT];
 	double p50[SYS_COUNT][NPAT], p99[SYS_COUNT][NPAT], miss_us[SYS_COUNT];
-	double t_miss[SYS_COUNT][64], miss_paired[SYS_COUNT];
+	double miss_paired[SYS_COUNT];
 	int miss_paired_n[SYS_COUNT];
 	double q_us, q9_us, s_us, x_us;
 	uint64_t errors[SYS_COUNT] = { 0 };
@@ -1214,8 +1215,7 @@ int main(int argc, char **argv)
 	/* Miss: the first registration of a new allocation, each system its own fresh ones, the
 	 * systems taking turns (the first to touch fresh memory would pay for the others). */
 	{
-		enum { NM = 64 };
-		static double v[SYS_COUNT][NM], d[SYS_COUNT][NM];
+		static double v[SYS_COUNT][NM], d[SYS_COUNT][NM], t_miss[SYS_COUNT][NM];
 		static uint64_t fresh[SYS_COUNT][NM];
 		static void *r[SYS_COUNT][NM];
 		int n[SYS_COUNT] = { 0 };
@@ -1224,7 +1224,8 @@ int main(int argc, char **argv)
 			for (int i = 0; sys[k].available && i < NM; i++)
 				hc.cuMemAlloc(&fresh[k][i], BUF_SIZE);
 		for (int i = 0; i < NM; i++)
-			for (int k = 0; k < SYS_COUNT; k++) {
+			for (int q = 0; q < SYS_COUNT; q++) {
+				int k = (q + i) % SYS_COUNT; /* each system first in turn */
 				double t0 = now();
 
 				if (!sys[k].available)
@@ -1321,8 +1322,9 @@ int main(int argc, char **argv)
 	       "%.1f ns (rand4096)\n", harness_ns(&pat_set[3]));
 	if (latency_only)
 		return 0;
-	printf("\nmiss, first registration of a new %llu MiB allocation (median of 64):\n",
-	       BUF_SIZE / MiB);
+	printf("\nmiss, first registration of a new %llu MiB allocation (median of %d, the systems "
+	       "taking turns on each, each first in turn):\n",
+	       BUF_SIZE / MiB, NM);
 	for (int k = 0; k < SYS_COUNT; k++)
 		if (sys[k].available) {
 			printf("  %-11s %8.1f us", sys_names[k], miss_us[k]);

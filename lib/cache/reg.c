@@ -370,20 +370,17 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL, region);
 }
 
-/* A hit reg_hot took where a backend in use revokes: this thread's t->held, held. Revoked, it goes
- * the general path's way (retired, the hold given back); else it is the hit. */
-static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct ibv_pd *pd, void *addr,
+/* A hit reg_hot took (r, held by t) where a backend in use revokes. Revoked, it goes the general
+ * path's way (retired, the hold given back); else it is the hit. */
+static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct gdr_thr *t,
+					      struct gdr_region *r, struct ibv_pd *pd, void *addr,
 					      size_t len, int access, struct gdr_region **region)
 {
-	struct gdr_thr *t = gdr_thr_find(c); /* reg_hot's */
-	struct gdr_region *r = t->held;
 	struct stale_hit st = { .e = r->entry,
 				.ctr = gdr_thr_counter(t, gdr_rec_slot(r)),
 				.revoked = true };
-	uint64_t a = (uintptr_t)addr;
 	bool exact;
 
-	t->held = NULL;
 	if (!gdr_entry_revoked(c, st.e)) {
 		if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
 			__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
@@ -393,8 +390,9 @@ static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct ibv_pd
 	}
 	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
 	*region = NULL;
-	return reg_slow(c, t, pd, a, len, access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY),
-			exact, access & GDR_REG_CACHED_ONLY, &st, region);
+	return reg_slow(c, t, pd, (uintptr_t)addr, len,
+			access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY), exact,
+			access & GDR_REG_CACHED_ONLY, &st, region);
 }
 
 /* A hit of reg_hot: the rest of gdr_reg's. */
@@ -404,8 +402,7 @@ static inline __attribute__((always_inline)) int reg_done(struct gdr_cache *c, s
 							  struct gdr_region **region)
 {
 	if (__builtin_expect(__atomic_load_n(&c->may_revoke, __ATOMIC_RELAXED), 0)) {
-		t->held = r;
-		return reg_held(c, pd, addr, len, access, region);
+		return reg_held(c, t, r, pd, addr, len, access, region);
 	}
 	if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
@@ -421,13 +418,15 @@ static inline __attribute__((always_inline)) int reg_from(struct gdr_cache *c, s
 							  struct gdr_region **region, unsigned from)
 {
 	bool exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
-	struct gdr_thr *t = gdr_thr_find(c);
+	struct gdr_thr *t = gdr_thr_find(c); /* gdr_reg's, found again */
 	enum hot_miss how;
-	struct gdr_region *r =
-		reg_hot(c, t, pd, (uintptr_t)addr, len,
-			pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0, exact, from,
-			&how);
+	struct gdr_region *r;
 
+	if (__builtin_expect(!t, 0))
+		return reg_general(c, pd, addr, len, access, region);
+	r = reg_hot(c, t, pd, (uintptr_t)addr, len,
+		    pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0, exact, from,
+		    &how);
 	if (__builtin_expect(!r, 0))
 		return reg_general(c, pd, addr, len, access, region);
 	return reg_done(c, t, r, pd, addr, len, access, region);

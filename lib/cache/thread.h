@@ -23,7 +23,6 @@ struct gdr_thr {
 			  for tests */
 	struct gdr_region *memo; /* the record of its last lock-free hit, valid while memo_gen is */
 	uint64_t memo_gen;       /* the cache's gen then */
-	struct gdr_region *held; /* a hit's record, held, that gdr_reg checks out of line */
 	int dead;                /* its thread exited: the next new thread takes the record over */
 	struct gdr_thr *next;
 	int64_t *chunk[GDR_SLOT_CHUNKS];
