@@ -13,7 +13,10 @@
  *               own 128 buffers ("own-rand") and all threads a random one of 2048 shared
  *               ("shared-rand"); median of --reps runs
  *   miss        first registration of a new 1 MiB allocation (query, SYNC_MEMOPS, dma-buf export),
- *               and its parts timed alone on fresh allocations: the query, the first SYNC_MEMOPS,
+ *               192 a system, the systems taking turns on each allocation (each first in turn):
+ *               the median, and the median of the differences with tagcheck allocation by
+ *               allocation (drift cancels in pairs); its parts timed alone on fresh allocations:
+ *               the query (tagcheck's 3 attributes, and the library's 9), the first SYNC_MEMOPS,
  *               the dma-buf export + close; what is left is the cache's own work
  *   traces      hit rate (registrations that did not pin) and stale registrations handed out
  *               (checked against the driver's BUFFER_ID, outside the timed call) on:
@@ -32,6 +35,7 @@
  *                           then; limits from the library's defaults (what a job gets)
  *
  * Usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] [--quick]
+ *                  [--latency-only | --miss-only] [--no-traces | --traces-only] [--only SYSTEM]
  * Needs a GPU (exits 77 without one). $GDRCACHE_LIBCUDA selects another libcuda (the fake driver
  * of the tests: figures then are a SIMULATION, not measurements). Includes only the public header.
  */
@@ -905,7 +909,8 @@ static int run_trace(const struct trace *t, enum sys_kind kind, struct trace_res
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] "
-			"[--quick] [--latency-only] [--no-traces] [--traces-only] [--only SYSTEM]\n");
+			"[--quick] [--latency-only] [--miss-only] [--no-traces] [--traces-only] "
+			"[--only SYSTEM]\n");
 	exit(2);
 }
 
@@ -1085,7 +1090,8 @@ int main(int argc, char **argv)
 	static const char *const pat_name[NPAT] = { "same", "rand128", "rand1024", "rand4096",
 						    "mixed1024" };
 	static const char *const tp_name[4] = { "own", "shared", "own-rand", "shared-rand" };
-	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0, latency_only = 0, no_traces = 0;
+	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0, latency_only = 0, no_traces = 0,
+	    miss_only = 0;
 	int traces_only = 0;
 	double secs = 0.25;
 	const char *csv_path = NULL, *only = NULL;
@@ -1116,6 +1122,8 @@ int main(int argc, char **argv)
 			csv_path = argv[++i];
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--miss-only"))
+			miss_only = 1;
 		else if (!strcmp(argv[i], "--latency-only"))
 			latency_only = 1;
 		else if (!strcmp(argv[i], "--no-traces"))
@@ -1260,6 +1268,8 @@ int main(int argc, char **argv)
 		}
 	}
 	miss_parts(64, &q_us, &q9_us, &s_us, &x_us);
+	if (miss_only)
+		goto miss_report;
 
 	/* Warm every buffer into every cache, each registered whole (ucs_rcache pins what is asked:
 	 * a whole registration makes every later sub-range of the buffer a hit there too). */
@@ -1322,6 +1332,7 @@ int main(int argc, char **argv)
 	       "%.1f ns (rand4096)\n", harness_ns(&pat_set[3]));
 	if (latency_only)
 		return 0;
+miss_report:
 	printf("\nmiss, first registration of a new %llu MiB allocation (median of %d, the systems "
 	       "taking turns on each, each first in turn):\n",
 	       BUF_SIZE / MiB, NM);
@@ -1351,6 +1362,8 @@ int main(int argc, char **argv)
 	row("miss_part", "driver", NULL, 1, "query", q_us, "us");
 	row("miss_part", "driver", NULL, 1, "sync_memops", s_us, "us");
 	row("miss_part", "driver", NULL, 1, "dmabuf_export", x_us, "us");
+	if (miss_only)
+		return 0;
 
 	/* Throughput: thread counts outermost, systems interleaved, repeated. */
 	for (int ti = 0; ti < ncounts; ti++)

@@ -13,6 +13,8 @@
 #   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows)
 #   same N  the same, quick (3 runs a point, shorter), for many rounds: a finer alternation
 #           ($VARIANTS: other libraries in build/gpucmp/ to alternate, "before after" by default)
+#   miss N  bench_hit --miss-only, N rounds alternating ($VARIANTS): each round's median of the
+#           paired differences with tagcheck, gdr-events / gdr-tag / ucs-rcache, in us
 # Output in $OUT (or ./out-ab).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,6 +67,16 @@ with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
 			done
 		done
 		;;
-	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N | same N"; exit 2 ;;
+	miss)
+		for r in $(seq 1 "${2:-10}"); do
+			for v in ${VARIANTS:-before after}; do
+				printf '%-6s %s ' "$v" "$r"
+				with $v $C/bench_hit --miss-only 2>&1 | grep 'paired' |
+					sed 's/.*differences //; s/ us)//' | tr '\n' ' '
+				echo
+			done
+		done
+		;;
+	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N | same N | miss N"; exit 2 ;;
 	esac
 } 2>&1 | tee "$OUT/ab-${1:-none}${2:+-$2}.txt"
