@@ -45,7 +45,7 @@ static bool tag_holds(const struct gdr_tag *t, uint64_t x)
 /* How far the tags of e reach beyond its pin, either way: a tag describes a whole allocation (its
  * piece, and the range RANGE_* gave) and a pin may hold only part of it (a large allocation pinned
  * by the request, a VMM reservation's mapping). */
-static uint64_t entry_reach(const struct gdr_entry *e)
+uint64_t gdr_entry_reach(const struct gdr_entry *e)
 {
 	uint64_t lo = e->pin.base, hi = e->pin.base + e->pin.len;
 
@@ -65,12 +65,39 @@ static uint64_t entry_reach(const struct gdr_entry *e)
 								  : hi - (e->pin.base + e->pin.len);
 }
 
-void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e)
+/* c->tag_reach_n counts the entries reaching c->tag_reach as they come (an entry whose tags grew
+ * past it is counted again: a count too high only keeps the window wide longer); at 0, the index
+ * is recounted. */
+static void count_reach(struct gdr_cache *c, uint64_t r)
 {
-	uint64_t r = entry_reach(e);
-
-	if (r > c->tag_reach)
+	if (r > c->tag_reach) {
 		c->tag_reach = r;
+		c->tag_reach_n = 1;
+	} else if (r && r == c->tag_reach) {
+		c->tag_reach_n++;
+	}
+}
+
+void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e, uint64_t before)
+{
+	uint64_t r = gdr_entry_reach(e);
+
+	if (r == before)
+		return;
+	if (before != GDR_REACH_NEW && before && before == c->tag_reach && c->tag_reach_n > 1)
+		c->tag_reach_n--; /* it reaches farther now (tags only grow) */
+	count_reach(c, r);
+}
+
+void gdr_cache_untrack_reach(struct gdr_cache *c, const struct gdr_entry *e)
+{
+	uint64_t r = gdr_entry_reach(e);
+
+	if (!r || r != c->tag_reach || (c->tag_reach_n && --c->tag_reach_n))
+		return;
+	c->tag_reach = 0;
+	for (size_t i = 0; i < c->index.n; i++)
+		count_reach(c, gdr_entry_reach(c->index.v[i]));
 }
 
 /* Drop every indexed entry that has a tag for which gone(c, tag, arg) holds, where such a tag can
@@ -86,7 +113,7 @@ static void drop_tagged(struct gdr_cache *c, uint64_t lo, uint64_t hi,
 	size_t i = gdr_index_lower(&c->index, wlo);
 
 	if (!c->index.n)
-		c->tag_reach = 0; /* nothing indexed reaches anywhere */
+		c->tag_reach = c->tag_reach_n = 0; /* nothing indexed reaches anywhere */
 	while (i < c->index.n && c->index.v[i]->pin.base < whi) {
 		struct gdr_entry *e = c->index.v[i];
 		bool hit = false;

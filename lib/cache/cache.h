@@ -175,7 +175,8 @@ struct gdr_cache {
 	struct gdr_be *extra_be[GDR_MAX_DEVICES]; /* opened for a device the first did not serve */
 	uint32_t nextra_be;
 	uint64_t exact_replaced; /* entries replaced for holding GDR_EXACT_PER_ENTRY of them */
-	uint64_t tag_reach; /* how far indexed entries' tags reach beyond their pins (apply.c) */
+	uint64_t tag_reach;   /* how far indexed entries' tags reach beyond their pins (apply.c) */
+	uint32_t tag_reach_n; /* indexed entries that reach that far (at least: a recount at 0) */
 	uint64_t events_examined;     /* entries looked at by events (white-box tests) */
 	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
 	struct gdr_cache *next_alive; /* every live cache (thread.c) */
@@ -282,9 +283,14 @@ void gdr_synced_free(struct gdr_cache *c);
 
 /* apply.c: free events. Apply every event published so far (under the lock). */
 void gdr_cache_drain_events(struct gdr_cache *c);
-/* An indexed entry's tags are what they will be (made, or grown): how far they reach beyond its pin
- * widens the window an event looks through (c->tag_reach). Under the lock. */
-void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e);
+/* How far e's tags reach beyond its pin. An indexed entry's tags are what they will be (made:
+ * before = GDR_REACH_NEW, or grown from reaching before): how far they reach widens the window an
+ * event looks through (c->tag_reach); an entry out of the index narrows it again once no other
+ * reaches as far (a recount of the index). Under the lock. */
+#define GDR_REACH_NEW UINT64_MAX
+uint64_t gdr_entry_reach(const struct gdr_entry *e);
+void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e, uint64_t before);
+void gdr_cache_untrack_reach(struct gdr_cache *c, const struct gdr_entry *e);
 /* Whether a free in flight may concern a registration that classified [a, a+len) as tags. */
 bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags);
 

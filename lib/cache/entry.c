@@ -148,6 +148,7 @@ void gdr_entry_drop(struct gdr_cache *c, struct gdr_entry *e)
 		c->dying_unsynced = true;
 	}
 	gdr_index_remove(&c->index, e);
+	gdr_cache_untrack_reach(c, e);
 	DL_DELETE(c->lru, e);
 	DL_APPEND(c->dying, e);
 }

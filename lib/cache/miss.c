@@ -319,7 +319,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 		e->pin.be->ops->unpin(e->pin.be, &e->pin);
 		goto err_free;
 	}
-	gdr_cache_track_reach(c, e);
+	gdr_cache_track_reach(c, e, GDR_REACH_NEW);
 	DL_APPEND(c->lru, e);
 	c->st.entries++;
 	gdr_stats_pinned(c, (int64_t)e->pin.len);
@@ -475,10 +475,12 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 		if (gdr_entry_check(c, e, e->pin.base, e->pin.len, true) < 0) {
 			gdr_entry_stale(c, e);
 		} else {
+			uint64_t before = gdr_entry_reach(e);
+
 			rc = gdr_entry_add_tags(e, tags, ntags);
+			gdr_cache_track_reach(c, e, before); /* what was added, even if not all */
 			if (rc)
 				return rc;
-			gdr_cache_track_reach(c, e);
 			c->st.hits++;
 			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
 		}

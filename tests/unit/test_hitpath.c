@@ -743,6 +743,49 @@ static void test_events_reach_beyond_pins(void **state)
 	}
 }
 
+/* The window narrows again: once the entries that reached far beyond their pins have left the
+ * cache (freed, evicted), an event looks at the entries near it, not at every one (the window
+ * only grew before, so one large allocation pinned in part, cached once, made every later event
+ * look at every entry). Two such entries: the window stays wide until both have left. */
+static void test_events_window_narrows(void **state)
+{
+	enum { N = 400 };
+	static uint64_t va[N];
+	uint64_t size = 512 * MiB, big[2], far, before;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		va[i] = fake_cuda_alloc(MiB);
+		assert_int_equal(gdr_dereg(reg(va[i], 4096)), 0);
+	}
+	for (int b = 0; b < 2; b++) {
+		uint64_t base, len;
+		struct gdr_region *r;
+
+		big[b] = fake_cuda_alloc(size);
+		r = reg(big[b] + size / 2, 4096);
+		assert_int_equal(gdr_region_range(r, &base, &len), 0);
+		assert_true(len < size / 4); /* pinned in part: its tags reach 256 MiB beyond */
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	assert_true(cache->tag_reach >= size / 4);
+	for (int b = 0; b < 2; b++) {
+		free_evented(big[b]);
+		assert_int_equal(gdr_dereg(reg(va[0], 4096)), 0); /* applies the event */
+		if (b == 0) /* the other one still reaches as far */
+			assert_true(cache->tag_reach >= size / 4);
+	}
+	assert_true(cache->tag_reach < size / 4);
+	far = fake_cuda_alloc(64 * MiB);
+	before = cache->events_examined;
+	gdr_events_push_kind(GDR_EV_ALLOC, far, 64 * MiB);
+	assert_int_equal(gdr_dereg(reg(va[N / 2], 4096)), 0); /* drains it */
+	assert_true(cache->events_examined - before <= 2);
+	for (int i = 0; i < N; i++)
+		free_evented(va[i]);
+	free_evented(far);
+}
+
 /* A miss retires nothing: it runs no grace period (a membarrier, whose cost grows with the threads
  * of the process); before, every miss paid one to retire the index snapshot it replaced. */
 static void test_miss_runs_no_grace_period(void **state)
@@ -851,6 +894,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_levels_found_without_walks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_look_near, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_reach_beyond_pins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_window_narrows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_miss_runs_no_grace_period, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_evictions_share_grace_periods, setup,
 						teardown),
