@@ -153,6 +153,26 @@ struct stale_hit {
 	bool revoked;
 };
 
+/* This thread's hold on r (NULL: none found), found at slot by a search that began at the cache's
+ * gen: its hold counter one higher, and r its memo. Inside the read-side section. NULL where r is
+ * not live (a record's range lies in its entry's: serving the request and live, it is inside the
+ * pin) or the thread has no counter for its slot yet. */
+static inline __attribute__((always_inline)) int64_t *
+hold_take(struct gdr_thr *t, struct gdr_region *r, uint32_t slot, uint64_t gen)
+{
+	int64_t *ctr = NULL;
+
+	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
+	    __atomic_load_n(&r->magic, __ATOMIC_SEQ_CST) == GDR_REGION_LIVE)
+		ctr = gdr_thr_counter(t, slot);
+	if (ctr) {
+		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+		t->memo = r;
+		t->memo_gen = gen;
+	}
+	return ctr;
+}
+
 /* What reg_hot leaves to the rest of gdr_reg. */
 enum hot_miss {
 	HOT_GENERAL, /* everything, from the start */
@@ -244,15 +264,7 @@ reg_hot(struct gdr_cache *c, struct gdr_thr *t, const struct ibv_pd *pd, uint64_
 			}
 		}
 	}
-	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
-	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
-	    __atomic_load_n(&r->magic, __ATOMIC_SEQ_CST) == GDR_REGION_LIVE)
-		ctr = gdr_thr_counter(t, slot);
-	if (ctr) {
-		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-		t->memo = r;
-		t->memo_gen = gen;
-	}
+	ctr = hold_take(t, r, slot, gen);
 	gdr_thr_leave(t);
 	return ctr ? r : NULL;
 }
@@ -290,15 +302,7 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 			       a, len, exact, &slot, &t->walks);
 		e = r ? r->entry : NULL;
 	}
-	/* A record's range lies in its entry's: serving the request, it is inside the pin. */
-	if (r && __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST) == GDR_LIVE &&
-	    __atomic_load_n(&r->magic, __ATOMIC_SEQ_CST) == GDR_REGION_LIVE)
-		ctr = gdr_thr_counter(t, slot);
-	if (ctr) {
-		__atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-		t->memo = r;
-		t->memo_gen = gen;
-	}
+	ctr = hold_take(t, r, slot, gen);
 	gdr_thr_leave(t);
 	if (!ctr)
 		return 1;

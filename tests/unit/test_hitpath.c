@@ -434,6 +434,26 @@ static void test_fork_child_uses_cache(void **state)
  * many records) are all served lock-free by the lookup hash, each by the record of its own
  * allocation; entries dropped since (tombstones in the hash) are never served, their allocations'
  * next registrations miss, and the rest keep hitting. */
+/* n registrations of a random 4 KiB page of a random one of the allocations va[0..nva) (sizes
+ * size[]), each checked (the range and the allocation served), then released; *x: the generator's
+ * state. */
+static void hit_random(const uint64_t *va, const uint64_t *size, uint64_t nva, int n, uint64_t *x)
+{
+	for (int k = 0; k < n; k++) {
+		uint64_t i, off, base, len;
+		struct gdr_region *r;
+
+		*x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+		i = *x % nva;
+		off = (*x >> 32) % (size[i] / 4096) * 4096;
+		r = reg(va[i] + off, 4096);
+		assert_int_equal(gdr_region_range(r, &base, &len), 0);
+		assert_true(base <= va[i] + off && va[i] + off + 4096 <= base + len);
+		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+}
+
 static void test_random_hits_through_the_hash(void **state)
 {
 	enum { N = 1500 };
@@ -453,18 +473,7 @@ static void test_random_hits_through_the_hash(void **state)
 		assert_int_equal(gdr_dereg(reg(va[i], size[i])), 0);
 	hits = stats().fast_hits;
 	misses = stats().misses;
-	for (int k = 0; k < 20000; k++) {
-		uint64_t i, off, base, len;
-
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		i = x % N;
-		off = (x >> 32) % (size[i] / 4096) * 4096;
-		r = reg(va[i] + off, 4096);
-		assert_int_equal(gdr_region_range(r, &base, &len), 0);
-		assert_true(base <= va[i] + off && va[i] + off + 4096 <= base + len);
-		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
-		assert_int_equal(gdr_dereg(r), 0);
-	}
+	hit_random(va, size, N, 20000, &x);
 	assert_int_equal(stats().fast_hits, hits + 20000);
 	assert_int_equal(stats().misses, misses);
 	/* Every third allocation freed and allocated again (a new id, often the same VA). */
@@ -543,19 +552,7 @@ static void test_levels_found_without_walks(void **state)
 	hits = stats().fast_hits;
 	misses = stats().misses;
 	w = walks();
-	for (int n = 0; n < HITS; n++) {
-		uint64_t i, off, base, len;
-		struct gdr_region *r;
-
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		i = x % N;
-		off = (x >> 32) % (size[i] / 4096) * 4096;
-		r = reg(va[i] + off, 4096);
-		assert_int_equal(gdr_region_range(r, &base, &len), 0);
-		assert_true(base <= va[i] + off && va[i] + off + 4096 <= base + len);
-		assert_int_equal(region_id(r), fake_cuda_buffer_id(va[i]));
-		assert_int_equal(gdr_dereg(r), 0);
-	}
+	hit_random(va, size, N, HITS, &x);
 	assert_int_equal(stats().fast_hits, hits + HITS);
 	assert_int_equal(stats().misses, misses);
 	print_message("%d hits over %u levels, %llu walks\n", HITS, nlev,
