@@ -8,15 +8,21 @@
 #include "common/log.h"
 #include "nic/verbs.h"
 
-static bool held(const struct gdr_region *r)
+static __attribute__((noinline, cold)) bool not_held(const struct gdr_region *r)
+{
+	gdr_err("region %p is not a held registration", (const void *)r);
+	return false;
+}
+
+/* Inline: middleware asks a registration's keys or MR after every gdr_reg, hit or not. */
+static inline __attribute__((always_inline)) bool held(const struct gdr_region *r)
 {
 	/* A cached record's holds are spread over per-thread counters (thread.c): only its life is
 	 * checked here. Records stay readable while their cache lives (record.c). */
-	if (!r || !gdr_region_handed(r) ||
-	    (!r->entry && !__atomic_load_n(&r->used, __ATOMIC_RELAXED))) {
-		gdr_err("region %p is not a held registration", (const void *)r);
-		return false;
-	}
+	if (__builtin_expect(!r || !gdr_region_handed(r) ||
+				     (!r->entry && !__atomic_load_n(&r->used, __ATOMIC_RELAXED)),
+			     0))
+		return not_held(r);
 	return true;
 }
 
