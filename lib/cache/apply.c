@@ -65,9 +65,11 @@ uint64_t gdr_entry_reach(const struct gdr_entry *e)
 								  : hi - (e->pin.base + e->pin.len);
 }
 
-/* c->tag_reach_n counts the entries reaching c->tag_reach as they come (an entry whose tags grew
- * past it is counted again: a count too high only keeps the window wide longer); at 0, the index
- * is recounted. */
+/* c->tag_reach_n counts the indexed entries reaching c->tag_reach: each counted when indexed and
+ * when its tags grow (gdr_cache_track_reach, told how far they reached before), uncounted when it
+ * leaves the index; at 0, the index is recounted. A path that grew an indexed entry's tags without
+ * telling it would leave the window too narrow when the count runs out: every such path calls
+ * gdr_cache_track_reach. */
 static void count_reach(struct gdr_cache *c, uint64_t r)
 {
 	if (r > c->tag_reach) {
