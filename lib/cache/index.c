@@ -87,11 +87,11 @@ static struct gdr_hix *hix_alloc(uint32_t bits)
 static void hix_put(struct gdr_hix *h, uint64_t key, uint64_t word)
 {
 	uint64_t mask = (1ULL << h->bits) - 1;
-	uint8_t *ovf = (uint8_t *)&h->v[1ULL << h->bits], bit = 1u << gdr_hix_ovf_bit(word);
+	uint8_t bit = 1u << gdr_hix_ovf_bit(word);
 
 	for (uint64_t j = gdr_hix_pos(key, h->bits);; j = (j + 1) & mask) {
 		uint64_t sw = h->v[j];
-		uint8_t *f = &ovf[j / GDR_HIX_BUCKET];
+		uint8_t *f = gdr_hix_ovf(h, j);
 
 		if (sw != GDR_HIX_EMPTY && sw != GDR_HIX_TOMB) {
 			if (j % GDR_HIX_BUCKET == GDR_HIX_BUCKET - 1 && !(*f & bit))

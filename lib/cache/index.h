@@ -24,8 +24,9 @@ struct gdr_region;
  * key: open addressing, linear probing from the key's bucket of four slots, 8-byte slots, at most
  * half full. A slot is written whole (release) and never changes while it is there; removal
  * writes a tombstone. Since the slot gives the record's number, a hit loads the record and its
- * hold counter at once, not one after the other. A fingerprint may match another key's slot: a reader trusts a record only after checking
- * that it serves the request (its range lies in its entry's), then checks its state, so a false
+ * hold counter at once, not one after the other. A fingerprint may match another key's slot: a
+ * reader trusts a record only after checking that it serves the request (its range lies in its
+ * entry's), then checks its state, so a false
  * match, a torn or a stale view can only make it miss, and a miss takes the locked path. A record
  * leaves the hash before it is retired, and records are reused only after a grace period
  * (record.c). Growing or compacting makes a new table; the old one is freed after a grace
@@ -96,13 +97,15 @@ static inline unsigned gdr_hix_ovf_bit(uint64_t fp)
 {
 	return (unsigned)(fp >> (GDR_HIX_FP_SHIFT + 1)) & 7;
 }
+/* The filter of the bucket at slot j (its first). */
+static inline uint8_t *gdr_hix_ovf(const struct gdr_hix *h, uint64_t j)
+{
+	return (uint8_t *)&h->v[1ULL << h->bits] + j / GDR_HIX_BUCKET;
+}
 /* Whether a key of fingerprint fp may have left the bucket at slot j (its first). */
 static inline bool gdr_hix_overflowed(const struct gdr_hix *h, uint64_t j, uint64_t fp)
 {
-	const uint8_t *ovf = (const uint8_t *)&h->v[1ULL << h->bits];
-
-	return __atomic_load_n(&ovf[j / GDR_HIX_BUCKET], __ATOMIC_RELAXED) >> gdr_hix_ovf_bit(fp) &
-	       1;
+	return __atomic_load_n(gdr_hix_ovf(h, j), __ATOMIC_RELAXED) >> gdr_hix_ovf_bit(fp) & 1;
 }
 /* A slot's fingerprint of key, in place (bits 38..63, never 0: empty and tombstone slots match no
  * key): bits 12..37 of the key, apart from the bucket's (a table has fewer than 2^26 slots), so

@@ -117,33 +117,51 @@ static inline __attribute__((always_inline)) int64_t hix_bucket(const struct gdr
 	return gdr_hix_overflowed(h, j, fp) ? HIX_NEXT : HIX_ABSENT;
 }
 
-/* The record serving the request, level by level, most populated first: each level's bucket,
- * and the walk where the bucket decides nothing or its record does not serve. */
-static struct gdr_region *hix_lookup(const struct gdr_hix *h, struct gdr_region *base,
-				     const struct ibv_pd *pd, int access, uint64_t a, uint64_t len,
-				     bool exact, uint32_t *slot, uint64_t *walks)
+/* The record serving the request at the levels from the from-th (most populated first), or NULL;
+ * *slot: its number. Each level's bucket, the next bucket where the key's run went on past it, and
+ * the walk (out of line, counted in *walks) where these decide nothing or their record does not
+ * serve the request. */
+static inline __attribute__((always_inline)) struct gdr_region *
+hix_levels(const struct gdr_hix *h, struct gdr_region *base, const struct ibv_pd *pd, int access,
+	   uint64_t a, uint64_t len, bool exact, unsigned from, uint32_t *slot, uint64_t *walks)
 {
 	uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
+	unsigned n = (unsigned)(order >> 60);
+	struct gdr_region *r = NULL;
 
-	for (unsigned n = (unsigned)(order >> 60), i = 0; i < n; i++, order >>= 4) {
+	order >>= 4 * from;
+	for (unsigned i = from; !r && i < n; i++, order >>= 4) {
 		unsigned k = (unsigned)(order & 15);
-		uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k), fp = gdr_hix_fp(key);
-		uint64_t j = gdr_hix_pos(key, h->bits);
+		uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
+		uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
 		int64_t s = hix_bucket(h, j, fp, part);
-		struct gdr_region *r;
 
-		if (s >= 0 && gdr_record_serves(&base[s], pd, access, a, len, exact)) {
-			*slot = (uint32_t)s;
-			return &base[s];
-		}
+		if (s == HIX_NEXT) /* most runs that leave a bucket end in the next */
+			s = hix_bucket(h, (j + GDR_HIX_BUCKET) & ((1ULL << h->bits) - 1), fp, part);
 		if (s == HIX_ABSENT)
 			continue;
-		__atomic_store_n(walks, *walks + 1, __ATOMIC_RELAXED);
-		r = hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
-		if (r)
-			return r;
+		if (s >= 0 && gdr_record_serves(&base[s], pd, access, a, len, exact)) {
+			r = &base[s];
+			*slot = (uint32_t)s;
+		} else {
+			__atomic_store_n(walks, *walks + 1, __ATOMIC_RELAXED);
+			r = hix_walk(h, base, pd, access, a, len, exact, j, fp, part, slot);
+		}
 	}
-	return NULL;
+	return r;
+}
+
+/* A request's access as records keep it (without the library's own flags), and whether it needs
+ * an exact MR: remote access gets keys bounded by what was asked (a remote peer must not reach the
+ * rest of the pin), unless the caller asked for the wide MR. */
+static inline int req_access(int access)
+{
+	return access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY);
+}
+
+static inline bool req_exact(const struct ibv_pd *pd, int access)
+{
+	return pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
 }
 
 /* What the hit path found wrong with a held entry: the locked path retires it. */
@@ -234,35 +252,8 @@ reg_hot(struct gdr_cache *c, struct gdr_thr *t, const struct ibv_pd *pd, uint64_
 			}
 		}
 	} else {
-		const struct gdr_hix *h = __atomic_load_n(&c->hix, __ATOMIC_ACQUIRE);
-		uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
-
-		unsigned n = (unsigned)(order >> 60);
-
-		/* From the from-th level; a bucket that decides nothing or whose record does not
-		 * serve the request: the walk, out of line. */
-		order >>= 4 * from;
-		for (unsigned i = from; !r && i < n; i++, order >>= 4) {
-			unsigned k = (unsigned)(order & 15);
-			uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
-			uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
-			int64_t s = hix_bucket(h, j, fp, part);
-
-			if (s == HIX_NEXT) /* most runs that leave a bucket end in the next */
-				s = hix_bucket(h, (j + GDR_HIX_BUCKET) & ((1ULL << h->bits) - 1),
-					       fp, part);
-			if (s == HIX_ABSENT)
-				continue;
-			if (s >= 0 &&
-			    gdr_record_serves(&c->rec_base[s], pd, access, a, len, exact)) {
-				r = &c->rec_base[s];
-				slot = (uint32_t)s;
-			} else {
-				__atomic_store_n(&t->walks, t->walks + 1, __ATOMIC_RELAXED);
-				r = hix_walk(h, c->rec_base, pd, access, a, len, exact, j, fp, part,
-					     &slot);
-			}
-		}
+		r = hix_levels(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), c->rec_base, pd, access,
+			       a, len, exact, from, &slot, &t->walks);
 	}
 	ctr = hold_take(t, r, slot, gen);
 	gdr_thr_leave(t);
@@ -298,8 +289,8 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 		e = r->entry;
 		slot = gdr_rec_slot(r);
 	} else {
-		r = hix_lookup(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), c->rec_base, pd, access,
-			       a, len, exact, &slot, &t->walks);
+		r = hix_levels(__atomic_load_n(&c->hix, __ATOMIC_ACQUIRE), c->rec_base, pd, access,
+			       a, len, exact, 0, &slot, &t->walks);
 		e = r ? r->entry : NULL;
 	}
 	ctr = hold_take(t, r, slot, gen);
@@ -343,7 +334,7 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 						 size_t len, int access, struct gdr_region **region)
 {
 	uint64_t a = (uintptr_t)addr;
-	bool wide = access & GDR_ACCESS_WIDE_MR, cached_only = access & GDR_REG_CACHED_ONLY, exact;
+	bool cached_only = access & GDR_REG_CACHED_ONLY, exact = req_exact(pd, access);
 	struct stale_hit st;
 	struct gdr_thr *t;
 	int rc;
@@ -353,10 +344,7 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 		return -EINVAL;
 	}
 	*region = NULL;
-	access &= ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY);
-	/* Remote access gets keys bounded by what was asked (a remote peer must not reach the rest
-	 * of the pin), unless the caller asked for the wide MR. */
-	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !wide;
+	access = req_access(access);
 	if (!len || a + len < a) {
 		gdr_cache_lock(c);
 		c->st.fail_input++;
@@ -385,7 +373,6 @@ static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct gdr_th
 	struct stale_hit st = { .e = r->entry,
 				.ctr = gdr_thr_counter(t, gdr_rec_slot(r)),
 				.revoked = true };
-	bool exact;
 
 	if (!gdr_entry_revoked(c, st.e)) {
 		if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
@@ -394,10 +381,8 @@ static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct gdr_th
 		*region = r;
 		return 0;
 	}
-	exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
 	*region = NULL;
-	return reg_slow(c, t, pd, (uintptr_t)addr, len,
-			access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY), exact,
+	return reg_slow(c, t, pd, (uintptr_t)addr, len, req_access(access), req_exact(pd, access),
 			access & GDR_REG_CACHED_ONLY, &st, region);
 }
 
@@ -407,9 +392,8 @@ static inline __attribute__((always_inline)) int reg_done(struct gdr_cache *c, s
 							  void *addr, size_t len, int access,
 							  struct gdr_region **region)
 {
-	if (__builtin_expect(__atomic_load_n(&c->may_revoke, __ATOMIC_RELAXED), 0)) {
+	if (__builtin_expect(__atomic_load_n(&c->may_revoke, __ATOMIC_RELAXED), 0))
 		return reg_held(c, t, r, pd, addr, len, access, region);
-	}
 	if (!__atomic_load_n(&r->used, __ATOMIC_RELAXED))
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&t->fast_hits, t->fast_hits + 1, __ATOMIC_RELAXED);
@@ -423,16 +407,14 @@ static inline __attribute__((always_inline)) int reg_from(struct gdr_cache *c, s
 							  void *addr, size_t len, int access,
 							  struct gdr_region **region, unsigned from)
 {
-	bool exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
 	struct gdr_thr *t = gdr_thr_find(c); /* gdr_reg's, found again */
 	enum hot_miss how;
 	struct gdr_region *r;
 
 	if (__builtin_expect(!t, 0))
 		return reg_general(c, pd, addr, len, access, region);
-	r = reg_hot(c, t, pd, (uintptr_t)addr, len,
-		    pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0, exact, from,
-		    &how);
+	r = reg_hot(c, t, pd, (uintptr_t)addr, len, pd ? req_access(access) : 0,
+		    req_exact(pd, access), from, &how);
 	if (__builtin_expect(!r, 0))
 		return reg_general(c, pd, addr, len, access, region);
 	return reg_done(c, t, r, pd, addr, len, access, region);
@@ -460,7 +442,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 		       struct gdr_region **region)
 {
 	uint64_t a = (uintptr_t)addr;
-	bool exact = pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
+	bool exact = req_exact(pd, access);
 	enum hot_miss how;
 	struct gdr_region *r;
 	struct gdr_thr *t;
@@ -470,8 +452,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	t = gdr_thr_find(c);
 	if (__builtin_expect(!t, 0))
 		return reg_general(c, pd, addr, len, access, region);
-	r = reg_hot(c, t, pd, a, len, pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0,
-		    exact, HOT_FIRST, &how);
+	r = reg_hot(c, t, pd, a, len, pd ? req_access(access) : 0, exact, HOT_FIRST, &how);
 	if (__builtin_expect(!r, 0)) {
 		if (how == HOT_REST)
 			return reg_rest(c, pd, addr, len, access, region);

@@ -18,9 +18,7 @@ struct gdr_region;
 struct gdr_thr {
 	uint64_t epoch; /* odd while looking up without the lock; written by its thread */
 	uint64_t fast_hits, tag_checks; /* counted by its thread */
-	uint64_t
-		walks; /* lookups that walked a probe run (a bucket decided nothing): by its thread,
-			  for tests */
+	uint64_t walks; /* probe runs walked (a bucket decided nothing): by its thread, for tests */
 	struct gdr_region *memo; /* the record of its last lock-free hit, valid while memo_gen is */
 	uint64_t memo_gen;       /* the cache's gen then */
 	int dead;                /* its thread exited: the next new thread takes the record over */
