@@ -24,6 +24,25 @@ C=build/gpucmp
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$ROOT/build/ucx-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
+# rounds N VARIANTS FN: N rounds, in each FN V for every variant V, its line after "V round ".
+rounds() {
+	local n=$1 vs=$2 fn=$3
+	for r in $(seq 1 "$n"); do
+		for v in $vs; do
+			printf '%-6s %s ' "$v" "$r"
+			"$fn" "$v"
+		done
+	done
+}
+lat1() { with "$1" $C/bench_hit --latency-only --only gdr-events --seconds 0.2 2>&1 |
+	grep '^  gdr-events  ' | grep -v libgdr; }
+same1() { with "$1" $C/bench_hit --latency-only --only gdr-events --reps 3 --seconds 0.1 \
+	--quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr; }
+miss1() {
+	with "$1" $C/bench_hit --miss-only 2>&1 | grep 'paired' |
+		sed 's/.*differences //; s/ us)//' | tr '\n' ' '
+	echo
+}
 {
 	echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) CPUs; part ${1:-}"
 	date -u
@@ -49,34 +68,9 @@ with() { local v=$1; shift; LD_LIBRARY_PATH=$C/$v:$LD_LIBRARY_PATH "$@"; }
 			echo "bench_hit ($v, run ${2:-1}) exit $?"
 		done
 		;;
-	lat)
-		for r in $(seq 1 "${2:-5}"); do
-			for v in before after; do
-				printf '%-6s %s ' "$v" "$r"
-				with $v $C/bench_hit --latency-only --only gdr-events --seconds 0.2 2>&1 |
-					grep '^  gdr-events  ' | grep -v libgdr
-			done
-		done
-		;;
-	same)
-		for r in $(seq 1 "${2:-10}"); do
-			for v in ${VARIANTS:-before after}; do
-				printf '%-6s %s ' "$v" "$r"
-				with $v $C/bench_hit --latency-only --only gdr-events --reps 3 \
-					--seconds 0.1 --quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr
-			done
-		done
-		;;
-	miss)
-		for r in $(seq 1 "${2:-10}"); do
-			for v in ${VARIANTS:-before after}; do
-				printf '%-6s %s ' "$v" "$r"
-				with $v $C/bench_hit --miss-only 2>&1 | grep 'paired' |
-					sed 's/.*differences //; s/ us)//' | tr '\n' ' '
-				echo
-			done
-		done
-		;;
+	lat) rounds "${2:-5}" "before after" lat1 ;;
+	same) rounds "${2:-10}" "${VARIANTS:-before after}" same1 ;;
+	miss) rounds "${2:-10}" "${VARIANTS:-before after}" miss1 ;;
 	*) echo "usage: bench/run-h100-ab.sh tests | free | hits R | lat N | same N | miss N"; exit 2 ;;
 	esac
 } 2>&1 | tee "$OUT/ab-${1:-none}${2:+-$2}.txt"
