@@ -7,9 +7,14 @@
  *             shadow MR, the cache's hit (GDR_REG_CACHED_ONLY: no driver call in mode events)
  *   library   gdr_reg + gdr_dereg of the same buffers, with the same PD, on a cache of its own
  * Each thread cycles over its own 64 buffers (a random 4 KiB offset), after a warm-up that makes
- * every one a hit; 1, 4 and 16 threads (or those named after the count); ns per reg+dereg per
- * thread, and hits per second in all. Figures, not verdicts: not a test.
- * Usage: bench_preload [ITERS [THREADS...]]   (THREADS at most MAX_THREADS each)
+ * every one a hit in both; 1, 4 and 16 threads (or those named after the count). The two paths take
+ * turns on each thread, in ROUNDS bursts each (which goes first alternates), so that a machine
+ * whose speed drifts between runs (a VM's: one-thread figures of one binary spread 45-131 ns over
+ * separate runs) slows both alike: per path, the median ns per reg+dereg over the bursts of every
+ * thread, and hits per second in all; and the median, over bursts, of the preload's burst over the
+ * library's burst next to it. Figures, not verdicts: not a test.
+ * Usage: bench_preload [ITERS [THREADS...]]   (reg+dereg a thread per path; THREADS at most
+ * MAX_THREADS each)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,15 +33,16 @@
 #define NBUF 64
 #define BUFSZ (1 << 20)
 #define MAX_THREADS 64
+#define ROUNDS 40
 
 static struct ibv_pd *pd;
 static struct gdr_cache *lib;
 static int iters = 2000000;
 
 struct targ {
-	int id, mode; /* 0 preload, 1 library */
+	int id;
 	hc_ptr buf[NBUF];
-	double ns, cpu_ns;
+	double ns[2][ROUNDS]; /* per burst: [0] preload, [1] library */
 	int fails;
 };
 
@@ -48,11 +54,11 @@ static double now(clockid_t clk)
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static int one(struct targ *a, unsigned k, unsigned off)
+static int one(struct targ *a, int mode, unsigned k, unsigned off)
 {
 	void *p = (void *)(uintptr_t)(a->buf[k] + off);
 
-	if (a->mode == 0) {
+	if (mode == 0) {
 		struct ibv_mr *mr = ibv_reg_mr(pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
 
 		return mr ? ibv_dereg_mr(mr) : -1;
@@ -68,19 +74,38 @@ static int one(struct targ *a, unsigned k, unsigned off)
 static void *run(void *arg)
 {
 	struct targ *a = arg;
-	unsigned seed = 12345 + a->id;
-	double t0, c0;
+	unsigned seed = 12345 + a->id, burst = (unsigned)(iters / ROUNDS);
 
 	hc_thread();
-	for (unsigned k = 0; k < NBUF; k++)
-		a->fails += one(a, k, 0) != 0; /* warm-up: each a miss once */
-	t0 = now(CLOCK_MONOTONIC);
-	c0 = now(CLOCK_THREAD_CPUTIME_ID);
-	for (int i = 0; i < iters; i++)
-		a->fails += one(a, rand_r(&seed) % NBUF, (rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
-	a->ns = (now(CLOCK_MONOTONIC) - t0) / iters;
-	a->cpu_ns = (now(CLOCK_THREAD_CPUTIME_ID) - c0) / iters;
+	for (int mode = 0; mode < 2; mode++)
+		for (unsigned k = 0; k < NBUF; k++)
+			a->fails += one(a, mode, k, 0) != 0; /* warm-up: each a miss once */
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < 2; i++) {
+			int mode = (r + i) & 1;
+			double t0 = now(CLOCK_MONOTONIC);
+
+			for (unsigned j = 0; j < burst; j++)
+				a->fails += one(a, mode, rand_r(&seed) % NBUF,
+						(rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
+			a->ns[mode][r] = (now(CLOCK_MONOTONIC) - t0) / burst;
+		}
+	}
 	return NULL;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* The q-quantile of v[0..n) (sorted in place). */
+static double quantile(double *v, int n, double q)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return v[(int)(q * (n - 1) + 0.5)];
 }
 
 int main(int argc, char **argv)
@@ -96,7 +121,7 @@ int main(int argc, char **argv)
 	Dl_info info = { 0 };
 
 	if (argc > 1)
-		iters = atoi(argv[1]);
+		iters = atoi(argv[1]) < ROUNDS ? ROUNDS : atoi(argv[1]);
 	if (argc > 2) {
 		for (nthreads = 0; nthreads + 2 < (unsigned)argc && nthreads < 16; nthreads++) {
 			threads[nthreads] = atoi(argv[nthreads + 2]);
@@ -130,34 +155,40 @@ int main(int argc, char **argv)
 	printf("# bench_preload: %s, CUDA %d, driver %s; CPU %s; %d reg+dereg a thread, random of %d "
 	       "1 MiB buffers of its own, random 4 KiB offset, every one a hit\n", hc.gpu,
 	       hc.cuda_version, hc.driver, cpu, iters, NBUF);
-	/* cpu ns: the thread's CPU time per reg+dereg, which a machine shared with other work
-	 * disturbs less than the wall clock */
-	printf("%-8s %8s %14s %16s %8s %8s\n", "path", "threads", "ns/reg+dereg", "M hits/s (all)",
-	       "fails", "cpu ns");
+	printf("# %d bursts of %d a path and thread, the paths taking turns\n", ROUNDS, iters / ROUNDS);
+	printf("%-8s %8s %14s %16s %8s\n", "path", "threads", "ns/reg+dereg", "M hits/s (all)",
+	       "fails");
 	for (unsigned ti = 0; ti < nthreads; ti++) {
-		for (int mode = 0; mode < 2; mode++) {
-			pthread_t th[MAX_THREADS];
-			double ns = 0, cns = 0;
-			int n = threads[ti], fails = 0;
+		static double v[2][MAX_THREADS * ROUNDS], ratio[MAX_THREADS * ROUNDS];
+		pthread_t th[MAX_THREADS];
+		int n = threads[ti], fails = 0, m = n * ROUNDS;
 
-			for (int i = 0; i < n; i++) {
-				args[i].id = i;
-				args[i].mode = mode;
-				args[i].fails = 0;
-				if (!args[i].buf[0])
-					for (int k = 0; k < NBUF; k++)
-						hc.cuMemAlloc(&args[i].buf[k], BUFSZ);
-				pthread_create(&th[i], NULL, run, &args[i]);
-			}
-			for (int i = 0; i < n; i++) {
-				pthread_join(th[i], NULL);
-				ns += args[i].ns / n;
-				cns += args[i].cpu_ns / n;
-				fails += args[i].fails;
-			}
-			printf("%-8s %8d %14.1f %16.1f %8d %8.1f\n", mode ? "library" : "preload", n,
-			       ns, n * 1e3 / ns, fails, cns);
+		for (int i = 0; i < n; i++) {
+			args[i].id = i;
+			args[i].fails = 0;
+			if (!args[i].buf[0])
+				for (int k = 0; k < NBUF; k++)
+					hc.cuMemAlloc(&args[i].buf[k], BUFSZ);
+			pthread_create(&th[i], NULL, run, &args[i]);
 		}
+		for (int i = 0; i < n; i++) {
+			pthread_join(th[i], NULL);
+			fails += args[i].fails;
+			for (int r = 0; r < ROUNDS; r++) {
+				v[0][i * ROUNDS + r] = args[i].ns[0][r];
+				v[1][i * ROUNDS + r] = args[i].ns[1][r];
+				ratio[i * ROUNDS + r] = args[i].ns[0][r] / args[i].ns[1][r];
+			}
+		}
+		for (int mode = 0; mode < 2; mode++) {
+			double med = quantile(v[mode], m, 0.5);
+
+			printf("%-8s %8d %14.1f %16.1f %8d\n", mode ? "library" : "preload", n, med,
+			       n * 1e3 / med, fails);
+		}
+		printf("%-8s %8d %14.2f   (p10 %.2f, p90 %.2f: the preload's burst over the "
+		       "library's beside it)\n", "ratio", n, quantile(ratio, m, 0.5),
+		       quantile(ratio, m, 0.1), quantile(ratio, m, 0.9));
 	}
 	{
 		struct gdr_cache_stats s;

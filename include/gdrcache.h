@@ -172,8 +172,9 @@ int gdr_cache_destroy(struct gdr_cache *cache);
 #define GDR_ACCESS_WIDE_MR (1 << 30)
 /* Or'ed into gdr_reg's access: serve the registration only if the cache already holds it (a hit),
  * else fail at once with -ENOENT, having classified, pinned and registered nothing; in mode events
- * no driver call is made either way. For a caller that decides host or GPU memory only on a miss
- * (libgdrcache-preload.so: a hit costs no cuPointerGetAttribute). */
+ * no driver call is made either way. What it serves is GPU memory (never GDR_MEM_HOST: host
+ * memory is registered through, not cached). For a caller that decides host or GPU memory only on
+ * a miss (libgdrcache-preload.so: a hit costs no cuPointerGetAttribute). */
 #define GDR_REG_CACHED_ONLY (1 << 29)
 
 /*

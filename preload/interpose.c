@@ -146,10 +146,13 @@ static struct thread_counters *all_counters; /* pushed once a thread, never free
 static struct counters shared_counters;      /* a thread whose set could not be allocated */
 static __thread struct thread_counters *my_counters __attribute__((tls_model("initial-exec")));
 
-static struct counters *counters_slow(void)
+/* A thread's first count (on the hit path too, which touches no errno: kept here). */
+static __attribute__((noinline)) struct counters *counters_slow(void)
 {
+	int saved = errno;
 	struct thread_counters *t = calloc(1, sizeof(*t));
 
+	errno = saved;
 	if (!t)
 		return NULL;
 	t->next = __atomic_load_n(&all_counters, __ATOMIC_RELAXED);
@@ -327,20 +330,25 @@ static void cache_create(void)
  * points: each call and frame there is a fair part of a hit's cost. */
 #define HIT_PATH static inline __attribute__((always_inline))
 
-/* Whether the cache may serve this registration at all. */
-HIT_PATH bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+/* Whether the cache may serve this registration at all: cacheable's test, counting nothing. */
+HIT_PATH bool may_cache(struct ibv_pd *pd, size_t len, bool iova_ok, unsigned access)
 {
+	return !in_lib && !disabled && !__atomic_load_n(&forked, __ATOMIC_RELAXED) && pd && len &&
+	       iova_ok && !(access & IBV_ACCESS_ON_DEMAND);
+}
+
+/* The same, counting why an address registration is not. */
+static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
+{
+	if (may_cache(pd, len, iova == (uintptr_t)addr, access))
+		return true;
 	if (in_lib || disabled || __atomic_load_n(&forked, __ATOMIC_RELAXED) || !pd || !len)
 		return false;
-	if (iova != (uintptr_t)addr) {
+	if (iova != (uintptr_t)addr)
 		COUNT(iova);
-		return false;
-	}
-	if (access & IBV_ACCESS_ON_DEMAND) {
+	else
 		COUNT(odp);
-		return false;
-	}
-	return true;
+	return false;
 }
 
 /* gdr_reg on c for a cacheable request (flags: GDR_REG_CACHED_ONLY or 0). 0: *region holds a
@@ -389,12 +397,12 @@ static __attribute__((noinline)) int cache_miss(struct ibv_pd *pd, void *addr, s
 	return cache_get(cache, pd, addr, len, access, 0, region, cmr);
 }
 
-/* A cacheable request: a hit first, with no driver call (GDR_REG_CACHED_ONLY; a hit has an MR of
- * this pd, noted when that MR was made); on a miss, cache_miss. 0: *region holds a reference and
- * *cmr is the cached MR; 1: host memory (counted; the caller passes it through); else an error of
- * the cache. */
-HIT_PATH int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
-		       struct gdr_region **region, struct ibv_mr **cmr)
+/* A cacheable request (ibv_rereg_mr's new range): a hit first, with no driver call
+ * (GDR_REG_CACHED_ONLY; a hit has an MR of this pd, noted when that MR was made); on a miss,
+ * cache_miss. 0: *region holds a reference and *cmr is the cached MR; 1: host memory (counted; the
+ * caller passes it through); else an error of the cache. */
+static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		     struct gdr_region **region, struct ibv_mr **cmr)
 {
 	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
 
@@ -427,18 +435,62 @@ HIT_PATH void region_put(struct gdr_region *region)
 		gdrp_info("gdr_dereg: %s", err_name(rc));
 }
 
-/* The cached path of every registration entry point: a shadow MR, or NULL (pass it through). */
-static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
-				 unsigned access)
+/* A shadow record for the cached MR cmr, holding region's reference: published, counted. NULL:
+ * out of memory (the reference is still the caller's). errno kept. */
+HIT_PATH struct ibv_mr *shadow_new(struct gdr_region *region, const struct ibv_mr *cmr,
+				   struct ibv_pd *pd, void *addr, size_t len, unsigned access)
+{
+	struct gdrp_rec *r = gdrp_rec_new();
+
+	if (__builtin_expect(!r, 0))
+		return NULL;
+	r->kind = GDRP_CACHED;
+	r->region = region;
+	r->real = NULL;
+	r->access = (int)access;
+	shadow_fill(&r->mr, cmr, pd, addr, len);
+	gdrp_rec_publish(r);
+	COUNT(cached);
+	return &r->mr;
+}
+
+/* The hit of every registration entry point, inline: a shadow of a registration the cache already
+ * holds (GDR_REG_CACHED_ONLY: no driver call, nothing classified; what it serves is GPU memory,
+ * gdrcache.h), or NULL: anything else, which reg_cached decides. Touches no errno: the library's
+ * hit does not, and the preload's own allocations on the way keep it (mrtab.c, counters_slow). */
+HIT_PATH struct ibv_mr *reg_hit(struct ibv_pd *pd, void *addr, size_t len, unsigned access)
+{
+	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+	struct gdr_region *region;
+	struct ibv_mr *cmr = NULL, *mr;
+	int rc;
+
+	if (__builtin_expect(!c, 0))
+		return NULL; /* no GPU registration yet */
+	in_lib++;
+	rc = gdr_reg(c, pd, addr, len, (int)access | GDR_REG_CACHED_ONLY, &region);
+	in_lib--;
+	if (rc)
+		return NULL;
+	gdr_region_mr(region, &cmr);
+	mr = cmr ? shadow_new(region, cmr, pd, addr, len, access) : NULL;
+	if (__builtin_expect(!mr, 0))
+		region_put(region); /* reg_cached decides (and logs) */
+	return mr;
+}
+
+/* Everything but a hit, for every registration entry point (reg_hit was tried where the request
+ * may be cached): a shadow MR, or NULL (pass it through). */
+static __attribute__((noinline)) struct ibv_mr *
+reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access)
 {
 	struct gdr_region *region;
-	struct gdrp_rec *r;
-	struct ibv_mr *cmr;
+	struct ibv_mr *cmr, *mr;
 	int saved = errno, rc;
 
 	if (!cacheable(pd, addr, len, iova, access))
 		return NULL;
-	rc = cache_reg(pd, addr, len, access, &region, &cmr);
+	rc = cache_miss(pd, addr, len, access, &region, &cmr);
 	if (rc == 1)
 		return NULL; /* host memory */
 	if (rc) {
@@ -448,23 +500,25 @@ static struct ibv_mr *reg_cached(struct ibv_pd *pd, void *addr, size_t len, uint
 		errno = saved;
 		return NULL;
 	}
-	r = gdrp_rec_new();
-	if (r) {
-		r->kind = GDRP_CACHED;
-		r->region = region;
-		r->real = NULL;
-		r->access = (int)access;
-		shadow_fill(&r->mr, cmr, pd, addr, len);
-		gdrp_rec_publish(r);
-		COUNT(cached);
-		errno = saved;
-		return &r->mr;
+	mr = shadow_new(region, cmr, pd, addr, len, access);
+	if (!mr) {
+		gdrp_info("out of memory for an MR record: registering %p directly", addr);
+		region_put(region);
+		COUNT(fallback);
 	}
-	gdrp_info("out of memory for an MR record: registering %p directly", addr);
-	region_put(region);
-	COUNT(fallback);
 	errno = saved;
-	return NULL;
+	return mr;
+}
+
+/* A registration entry point's cached path: the hit inline, anything else out of line. */
+HIT_PATH struct ibv_mr *reg_any(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				unsigned access)
+{
+	struct ibv_mr *mr = NULL;
+
+	if (__builtin_expect(may_cache(pd, len, iova == (uintptr_t)addr, access), 1))
+		mr = reg_hit(pd, addr, len, access);
+	return __builtin_expect(mr != NULL, 1) ? mr : reg_cached(pd, addr, len, iova, access);
 }
 
 /* ---- Registration ---------------------------------------------------------------------------- */
@@ -475,7 +529,7 @@ struct ibv_mr *gdrp_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access
 	struct ibv_mr *mr;
 
 	setup();
-	mr = reg_cached(pd, addr, len, (uintptr_t)addr, (unsigned)access);
+	mr = reg_any(pd, addr, len, (uintptr_t)addr, (unsigned)access);
 	if (!mr)
 		PASS(mr, reg_mr, pd, addr, len, access);
 	return mr;
@@ -488,7 +542,7 @@ struct ibv_mr *gdrp_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint6
 	struct ibv_mr *mr;
 
 	setup();
-	mr = reg_cached(pd, addr, len, iova, (unsigned)access);
+	mr = reg_any(pd, addr, len, iova, (unsigned)access);
 	if (!mr)
 		PASS(mr, reg_mr_iova, pd, addr, len, iova, access);
 	return mr;
@@ -501,7 +555,7 @@ struct ibv_mr *gdrp_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint
 	struct ibv_mr *mr;
 
 	setup();
-	mr = reg_cached(pd, addr, len, iova, access);
+	mr = reg_any(pd, addr, len, iova, access);
 	if (!mr)
 		PASS(mr, reg_mr_iova2, pd, addr, len, iova, access);
 	return mr;
@@ -531,10 +585,10 @@ struct ibv_mr *gdrp_reg_mr_ex(struct ibv_pd *pd, struct gdrp_mr_init_attr *attr)
 
 	setup();
 	if (attr && (attr->comp_mask & GDRP_REG_MR_MASK_ADDR) && !(attr->comp_mask & ~plain)) {
-		mr = reg_cached(pd, attr->addr, attr->length,
-				attr->comp_mask & GDRP_REG_MR_MASK_IOVA ? attr->iova
-									: (uintptr_t)attr->addr,
-				(unsigned)attr->access);
+		mr = reg_any(pd, attr->addr, attr->length,
+			     attr->comp_mask & GDRP_REG_MR_MASK_IOVA ? attr->iova
+								     : (uintptr_t)attr->addr,
+			     (unsigned)attr->access);
 	} else if (!in_lib) {
 		COUNT(other);
 	}

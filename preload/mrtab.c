@@ -159,6 +159,7 @@ static void kept_push_front(struct gdrp_slot *s)
  * a thread without a destructor, whose list would be lost at its exit). */
 struct gdrp_slot *gdrp_rec_refill(void)
 {
+	int saved = errno; /* on the hit path, which touches none */
 	unsigned want, n = 0;
 
 	thread_arm();
@@ -182,14 +183,17 @@ struct gdrp_slot *gdrp_rec_refill(void)
 		n++;
 	}
 	pthread_mutex_unlock(&pool_lock);
+	errno = saved;
 	return gdrp_kept;
 }
 
 void gdrp_rec_free_slow(struct gdrp_slot *s)
 {
+	int saved = errno; /* on the release's hit path, which touches none */
 	struct gdrp_slot *first, *last;
 
 	thread_arm();
+	errno = saved;
 	if (!gdrp_kept_armed) {
 		s->next = NULL;
 		pool_put(s, s);

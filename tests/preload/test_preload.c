@@ -439,6 +439,53 @@ static void test_threads(void)
 		gpu_free(tbufs[i]);
 }
 
+/* A successful registration or release through the cache leaves errno as the program had it,
+ * hit or miss: the hit path saves none (nothing on it may touch errno). Among them a thread's first
+ * registration (its counters, its shadow records), records refilled while many are held, and
+ * records given back past what a thread keeps. */
+static void *errno_thread(void *arg)
+{
+	struct ibv_mr *mr;
+	long bad = 0;
+
+	errno = EDOM;
+	mr = ibv_reg_mr(pd, arg, 4096, IBV_ACCESS_LOCAL_WRITE);
+	bad += !cached(mr) || errno != EDOM;
+	bad += ibv_dereg_mr(mr) != 0 || errno != EDOM;
+	return (void *)bad;
+}
+
+static void test_errno_kept(void)
+{
+	enum { N = 200 };
+	char *buf = gpu_alloc(N * 4096), host[4096];
+	struct ibv_mr *m[N], *h;
+	pthread_t th;
+	int bad_reg = 0, bad_dereg = 0;
+	void *r = (void *)1;
+
+	for (int i = 0; i < N; i++) {
+		errno = EDOM; /* the first a miss, the rest hits */
+		m[i] = ibv_reg_mr(pd, buf + i * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+		bad_reg += !cached(m[i]) || errno != EDOM;
+	}
+	for (int i = 0; i < N; i++) {
+		errno = EDOM;
+		bad_dereg += ibv_dereg_mr(m[i]) != 0 || errno != EDOM;
+	}
+	CHECK(bad_reg == 0 && bad_dereg == 0,
+	      "%d cached registrations held, then released: errno kept (%d / %d changed or failed)",
+	      N, bad_reg, bad_dereg);
+	CHECK(pthread_create(&th, NULL, errno_thread, buf) == 0 && pthread_join(th, &r) == 0 &&
+	      r == NULL, "a new thread's first registration and release keep errno");
+	errno = EDOM;
+	h = ibv_reg_mr(pd, host, sizeof(host), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(h && fis_mr(h) && errno == EDOM, "host memory, passed through: errno kept");
+	if (h)
+		ibv_dereg_mr(h);
+	gpu_free(buf);
+}
+
 static void test_disabled(void)
 {
 	char *buf = gpu_alloc(65536);
@@ -495,6 +542,7 @@ int main(int argc, char **argv)
 		test_dmabuf();
 		test_compat_1_0();
 		test_threads();
+		test_errno_kept();
 		test_fork();
 	}
 	left0 = fcount("close_left");

@@ -406,6 +406,59 @@ static void test_host_passthrough(void **state)
 	free(buf);
 }
 
+/* GDR_REG_CACHED_ONLY (the preload's hit): a miss fails with -ENOENT having pinned, registered and
+ * asked the driver nothing; a hit serves the cached registration; host memory, even while a
+ * pass-through registration of it is held, is never served (what it serves is GPU memory, which
+ * the preload takes on trust without asking the region's kind). */
+static void test_cached_only(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), calls;
+	char *buf = malloc(8192);
+	void *pinned = fake_cuda_alloc_host(8192);
+	struct gdr_region *r, *held, *h, *hp;
+	enum gdr_mem_kind kind = GDR_MEM_HOST;
+	struct ibv_mr *mr, *mr2;
+	const int only = 1 | GDR_REG_CACHED_ONLY;
+
+	(void)state;
+	calls = fake_cuda_calls_total();
+	r = (struct gdr_region *)1;
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 4096, only, &r), -ENOENT);
+	assert_null(r);
+	assert_int_equal(fake_cuda_calls_total(), calls);
+	assert_int_equal(fake_be.pins, 0);
+	assert_int_equal(fake_verbs.regs, 0);
+	assert_int_equal(stats().misses, 0);
+	/* cached by a plain registration, then served */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)a, 4096, 1, &held), 0);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, only, &r), 0);
+	assert_int_equal(gdr_region_mem_kind(r, &kind), 0);
+	assert_int_equal(kind, GDR_MEM_DEVICE);
+	assert_int_equal(gdr_region_mr(r, &mr), 0);
+	assert_int_equal(gdr_region_mr(held, &mr2), 0);
+	assert_non_null(mr);
+	assert_ptr_equal(mr, mr2);
+	assert_int_equal(fake_be.pins, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	/* another pd: not cached for it */
+	assert_int_equal(gdr_reg(cache, FAKE_PD2, (void *)(uintptr_t)a, 4096, only, &r), -ENOENT);
+	assert_int_equal(fake_verbs.regs, 1);
+	/* host memory: registered through while held, never served from the cache */
+	assert_int_equal(gdr_reg(cache, FAKE_PD, buf, 8192, 1, &h), 0);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, pinned, 8192, 1, &hp), 0);
+	assert_int_equal(stats().passthrough, 2);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, buf, 4096, only, &r), -ENOENT);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, pinned, 4096, only, &r), -ENOENT);
+	assert_null(r);
+	assert_int_equal(stats().passthrough, 2);
+	assert_int_equal(gdr_dereg(h), 0);
+	assert_int_equal(gdr_dereg(hp), 0);
+	assert_int_equal(gdr_dereg(held), 0);
+	fake_cuda_free_host(pinned);
+	free(buf);
+	fake_cuda_free(a);
+}
+
 static void test_sync_memops_once_per_allocation(void **state)
 {
 	uint64_t a = fake_cuda_alloc(2 * MiB), p = fake_cuda_alloc_async(1 * MiB);
@@ -622,6 +675,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nic_registration, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_managed_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_passthrough, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cached_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sync_memops_once_per_allocation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_vmm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_vmm_from_thread_without_context, setup, teardown),
