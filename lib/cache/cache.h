@@ -270,7 +270,9 @@ static inline bool gdr_record_serves(const struct gdr_region *q, const struct ib
 		return false;
 	if (q->exact) /* never for a wide request: its rkey must reach the whole pin */
 		return exact && q->start == a && q->size == len;
-	return !exact && q->start <= a && a + len <= q->start + q->size;
+	/* a in the range, and 1 <= len <= what is left of it from a: never a zero length or a range
+	 * that wraps (the hit path leaves those to the general path's checks) */
+	return !exact && a - q->start < q->size && len - 1 < q->start + q->size - a;
 }
 
 /* miss.c: the locked path of gdr_reg. -EINPROGRESS: a free of the memory is in flight (the caller

@@ -138,6 +138,15 @@ static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)
 {
 	return (addr >> (gdr_hix_shift(k) - 9)) & 511;
 }
+/* Both: gdr_hix_key(addr, k), and *part = gdr_hix_part(addr, k), from one shift by the level's
+ * (a lookup's: a shift by a variable count costs a register move too). */
+static inline uint64_t gdr_hix_key_part(uint64_t addr, unsigned k, uint64_t *part)
+{
+	uint64_t g9 = addr >> (gdr_hix_shift(k) - 9);
+
+	*part = g9 & 511;
+	return ((g9 >> 9) ^ (uint64_t)k << 60) * 0x9e3779b97f4a7c15ULL;
+}
 /* The entry whose range holds addr, or NULL. Under the lock. */
 struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
 /* Position of the first entry that ends after addr. */

@@ -132,7 +132,7 @@ hix_levels(const struct gdr_hix *h, struct gdr_region *base, const struct ibv_pd
 	order >>= 4 * from;
 	for (unsigned i = from; !r && i < n; i++, order >>= 4) {
 		unsigned k = (unsigned)(order & 15);
-		uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
+		uint64_t part, key = gdr_hix_key_part(a, k, &part);
 		uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
 		int64_t s = hix_bucket(h, j, fp, part);
 
@@ -235,7 +235,7 @@ reg_hot(struct gdr_cache *c, struct gdr_thr *t, const struct ibv_pd *pd, uint64_
 			const struct gdr_hix *h = __atomic_load_n(&c->hix, __ATOMIC_ACQUIRE);
 			uint64_t order = __atomic_load_n(&h->order, __ATOMIC_ACQUIRE);
 			unsigned k = (unsigned)(order & 15); /* level 0 of an empty hash: absent */
-			uint64_t key = gdr_hix_key(a, k), part = gdr_hix_part(a, k);
+			uint64_t part, key = gdr_hix_key_part(a, k, &part);
 			uint64_t fp = gdr_hix_fp(key), j = gdr_hix_pos(key, h->bits);
 			int64_t s = hix_bucket(h, j, fp, part);
 
@@ -437,7 +437,7 @@ static __attribute__((noinline)) int reg_levels(struct gdr_cache *c, struct ibv_
 /* The hit: reg_hot, inline, with what stays live in registers; anything else goes the general
  * path's way with the caller's arguments as they came (a tail call: the hit pays no prologue for
  * what it does not do). The request's own checks are the general path's: a hit of a zero length
- * or a wrapping range cannot be, since no record serves one. */
+ * or a wrapping range cannot be, since no record serves one (gdr_record_serves). */
 GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len, int access,
 		       struct gdr_region **region)
 {
@@ -447,7 +447,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	struct gdr_region *r;
 	struct gdr_thr *t;
 
-	if (__builtin_expect(!c | !region | !len | (a + len < a), 0))
+	if (__builtin_expect(!c | !region, 0))
 		return reg_general(c, pd, addr, len, access, region);
 	t = gdr_thr_find(c);
 	if (__builtin_expect(!t, 0))

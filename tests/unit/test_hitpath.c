@@ -118,6 +118,46 @@ static void test_events_hit_makes_no_driver_call(void **state)
 	free_evented(a);
 }
 
+/* A zero length, or a range that wraps, at an address the cache holds (the thread's memo of its
+ * last hit, and the hash, both name its record): -EINVAL from the general path's checks, counted,
+ * never a hit (the hit path leaves those checks to gdr_record_serves), for a shared record and for
+ * an exact one (remote access). */
+static void test_bad_range_at_a_cached_address(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), wrap = UINT64_MAX - (a + 8192) + 4097, fails;
+	struct gdr_region *held, *exact, *r;
+	const int remote = 1 | 4; /* IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ */
+
+	(void)state;
+	held = reg(a, 2 * MiB);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, remote,
+				 &exact),
+			 0);
+	fails = stats().fail_input;
+	for (int i = 0; i < 2; i++) { /* the second time after a hit: the memo names the record */
+		assert_int_equal(gdr_dereg(reg(a + 8192, 4096)), 0);
+		r = (struct gdr_region *)1;
+		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), 0, 0, &r),
+				 -EINVAL);
+		assert_null(r);
+		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), wrap, 0, &r),
+				 -EINVAL);
+		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), SIZE_MAX, 0, &r),
+				 -EINVAL);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 0, remote,
+					 &r),
+				 -EINVAL);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), wrap, remote,
+					 &r),
+				 -EINVAL);
+		assert_null(r);
+	}
+	assert_int_equal(stats().fail_input, fails + 10);
+	assert_int_equal(gdr_dereg(exact), 0);
+	assert_int_equal(gdr_dereg(held), 0);
+	free_evented(a);
+}
+
 static void test_tag_hit_is_lock_free_but_queries(void **state)
 {
 	uint64_t a = fake_cuda_alloc(2 * MiB);
@@ -868,6 +908,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_events_hit_makes_no_driver_call, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_bad_range_at_a_cached_address, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup,
 						teardown),
