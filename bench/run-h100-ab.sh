@@ -10,7 +10,8 @@
 #   free    bench_free, before then after
 #   hits R  bench_hit in full, before then after (run R of them: the spread between runs of one
 #           library is the noise)
-#   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows)
+#   lat N   bench_hit --latency-only, N rounds alternating before/after (the random-hit rows, and
+#           the floor row: the least a lock-free hit does, measured in the same process)
 #   same N  the same, quick (3 runs a point, shorter), for many rounds: a finer alternation
 #           ($VARIANTS: other libraries in build/gpucmp/ to alternate, "before after" by default)
 #   miss N  bench_hit --miss-only, N rounds alternating ($VARIANTS): each round's median of the
@@ -35,7 +36,7 @@ rounds() {
 	done
 }
 lat1() { with "$1" $C/bench_hit --latency-only --only gdr-events --seconds 0.2 2>&1 |
-	grep '^  gdr-events  ' | grep -v libgdr; }
+	grep -E '^  (gdr-events|floor) ' | grep -v libgdr | tr '\n' ' '; echo; }
 same1() { with "$1" $C/bench_hit --latency-only --only gdr-events --reps 3 --seconds 0.1 \
 	--quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr; }
 miss1() {
