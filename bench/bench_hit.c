@@ -2,7 +2,9 @@
 /*
  * Cache hits side by side, in one run, on the machine it runs on (it names it): libgdrcache in
  * events mode and in tag mode, the "check BUFFER_ID on every hit" baseline and UCX's ucs_rcache,
- * all pinning through the same callbacks (hit_sys.h).
+ * all pinning through the same callbacks (hit_sys.h); and, run under LD_PRELOAD over the fake
+ * libibverbs (bench/run-gpu-preload.sh hits), ibv_reg_mr / ibv_dereg_mr of a PD through
+ * libgdrcache-preload.so (the preload column: not in the traces, its cache is gdr-events').
  *
  *   latency     one thread: ns per registration + release of a cached 4 KiB range: the same
  *               buffer again, and a random one of 128 / 1024 / 4096 cached 1 MiB buffers at a
@@ -35,7 +37,8 @@
  *                           then; limits from the library's defaults (what a job gets)
  *
  * Usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] [--quick]
- *                  [--latency-only | --miss-only] [--no-traces | --traces-only] [--only SYSTEM]
+ *                  [--latency-only | --miss-only] [--no-traces | --traces-only]
+ *                  [--only SYSTEM[,SYSTEM...]]
  * Needs a GPU (exits 77 without one). $GDRCACHE_LIBCUDA selects another libcuda (the fake driver
  * of the tests: figures then are a SIMULATION, not measurements). Includes only the public header.
  */
@@ -43,6 +46,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -255,6 +259,9 @@ static void hit_run_rand(struct worker *w, uint64_t limit)
 	case SYS_UCS:
 		RAND_LOOP(MORE, ucs_get(p, addr, len, &r_), ucs_put(p, r_));
 		break;
+	case SYS_PRELOAD:
+		RAND_LOOP(MORE, pre_get(p, addr, len, &r_), pre_put(p, r_));
+		break;
 	default:
 		break;
 	}
@@ -289,6 +296,9 @@ static void hit_run(struct worker *w, uint64_t limit)
 		break;
 	case SYS_UCS:
 		HIT_LOOP(MORE, ucs_get(p, addr, HIT_LEN, &r_), ucs_put(p, r_));
+		break;
+	case SYS_PRELOAD:
+		HIT_LOOP(MORE, pre_get(p, addr, HIT_LEN, &r_), pre_put(p, r_));
 		break;
 	default:
 		break;
@@ -910,7 +920,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: bench_hit [--threads N] [--seconds S] [--reps R] [--csv FILE] "
 			"[--quick] [--latency-only] [--miss-only] [--no-traces] [--traces-only] "
-			"[--only SYSTEM]\n");
+			"[--only SYSTEM[,SYSTEM...]]\n");
 	exit(2);
 }
 
@@ -1082,6 +1092,17 @@ static double harness_ns(const struct bset *set)
 	sink = acc;
 	(void)sink;
 	return (now() - t0) / (double)n * 1e9;
+}
+
+/* Whether --only (a comma-separated list of systems, or NULL: all) leaves name out. */
+static bool left_out(const char *only, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = only; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return false;
+	return only != NULL;
 }
 
 /* The floor of a lock-free hit on this machine, for the random patterns: ns per hit (median of
@@ -1280,7 +1301,7 @@ int main(int argc, char **argv)
 
 	printf("\nsystems:\n");
 	for (int k = 0; k < SYS_COUNT; k++) {
-		if (only && strcmp(only, sys_names[k])) {
+		if (left_out(only, sys_names[k])) {
 			memset(&sys[k], 0, sizeof(sys[k]));
 			snprintf(sys[k].why, sizeof(sys[k].why), "left out (--only %s)", only);
 			continue;
@@ -1537,6 +1558,21 @@ miss_report:
 				       lat[SYS_UCS][2] / lat[k][2]);
 		}
 	}
+	/* Issue 16 item 4: the preload's hit within 2 x the library's, scaling with threads. */
+	if (sys[SYS_PRELOAD].available && sys[SYS_GDR_EVENTS].available) {
+		int last = ncounts - 1;
+
+		printf("  %-11s 1-thread hit over gdr-events':", "preload");
+		for (int pi = 0; pi < NPAT; pi++)
+			printf(" %s %.2f x%s", pat_name[pi], lat[SYS_PRELOAD][pi] / lat[SYS_GDR_EVENTS][pi],
+			       pi + 1 < NPAT ? "," : " (goal <= 2)\n");
+		printf("  %-11s %d threads: own random %.1f M hits/s (%.2f x gdr-events'), shared "
+		       "random %.1f M hits/s (%.2f x)\n", "preload", counts[last],
+		       tput[SYS_PRELOAD][last][2] / 1e6,
+		       tput[SYS_PRELOAD][last][2] / tput[SYS_GDR_EVENTS][last][2],
+		       tput[SYS_PRELOAD][last][3] / 1e6,
+		       tput[SYS_PRELOAD][last][3] / tput[SYS_GDR_EVENTS][last][3]);
+	}
 	for (int k = 0; k < SYS_COUNT; k++) {
 		char d[512];
 
@@ -1585,7 +1621,9 @@ traces:
 			for (int k = 0; k < SYS_COUNT; k++) {
 				struct trace_result r;
 
-				if (only && strcmp(only, sys_names[k]))
+				if (left_out(only, sys_names[k]))
+					continue;
+				if (k == SYS_PRELOAD) /* hit_preload.c: gdr-events' cache */
 					continue;
 				if (run_trace(&tr[i], (enum sys_kind)k, &r)) {
 					printf("  %-11s unavailable: %s\n", sys_names[k], r.stats);

@@ -10,7 +10,8 @@
 
 #include "hit_sys.h"
 
-const char *const sys_names[SYS_COUNT] = { "gdr-events", "gdr-tag", "tagcheck", "ucs-rcache" };
+const char *const sys_names[SYS_COUNT] = { "gdr-events", "gdr-tag", "tagcheck", "ucs-rcache",
+					    "preload" };
 
 struct gdrs {
 	struct gdr_cache *c;
@@ -137,6 +138,7 @@ int sys_open(struct sys *s, enum sys_kind kind, const struct sys_limits *lim)
 	case SYS_GDR_TAG: rc = gdrs_open(s, 0, lim); break;
 	case SYS_TAGCHECK: rc = tc_open(s, lim); break;
 	case SYS_UCS: rc = ucs_open(s, lim); break;
+	case SYS_PRELOAD: rc = pre_open(s, lim); break;
 	default: rc = -EINVAL;
 	}
 	s->available = rc == 0;
@@ -152,6 +154,7 @@ void sys_close(struct sys *s)
 	case SYS_GDR_TAG: gdrs_close(s->p); break;
 	case SYS_TAGCHECK: tc_close(s->p); break;
 	case SYS_UCS: ucs_close(s->p); break;
+	case SYS_PRELOAD: pre_close(s->p); break;
 	default: break;
 	}
 	s->available = 0;
@@ -164,6 +167,7 @@ int sys_get(struct sys *s, uint64_t addr, size_t len, void **reg)
 	case SYS_GDR_TAG: return gdrs_get(s->p, addr, len, reg);
 	case SYS_TAGCHECK: return tc_get(s->p, addr, len, reg);
 	case SYS_UCS: return ucs_get(s->p, addr, len, reg);
+	case SYS_PRELOAD: return pre_get(s->p, addr, len, reg);
 	default: return -EINVAL;
 	}
 }
@@ -175,6 +179,7 @@ void sys_put(struct sys *s, void *reg)
 	case SYS_GDR_TAG: gdrs_put(s->p, reg); break;
 	case SYS_TAGCHECK: tc_put(s->p, reg); break;
 	case SYS_UCS: ucs_put(s->p, reg); break;
+	case SYS_PRELOAD: pre_put(s->p, reg); break;
 	default: break;
 	}
 }
@@ -189,7 +194,7 @@ void sys_reg_info(struct sys *s, void *reg, uint64_t *id, uint64_t *seq, uint64_
 	case SYS_GDR_TAG: gdrs_info(s->p, reg, id, seq, base, len); break;
 	case SYS_TAGCHECK: tc_info(s->p, reg, id, seq, base, len); break;
 	case SYS_UCS: ucs_info(s->p, reg, id, seq, base, len); break;
-	default: break;
+	default: *id = *seq = *base = *len = 0; /* the preload tells nothing */
 	}
 }
 
@@ -228,6 +233,7 @@ void sys_describe(struct sys *s, char *buf, size_t len)
 	case SYS_GDR_TAG: gdrs_describe(s->p, buf, len); break;
 	case SYS_TAGCHECK: tc_describe(s->p, buf, len); break;
 	case SYS_UCS: ucs_describe(s->p, buf, len); break;
+	case SYS_PRELOAD: pre_describe(s->p, buf, len); break;
 	default: snprintf(buf, len, "?");
 	}
 }

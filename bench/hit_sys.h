@@ -10,6 +10,8 @@
  *               pins searched without a lock + an atomic reference + cuPointerGetAttribute(BUFFER_ID)
  *   ucs-rcache  UCX's ucs_rcache (Debian's libucx), told of frees the way UCX's CUDA memory hooks
  *               tell it (a UCM_EVENT_MEM_TYPE_FREE event before each free)
+ *   preload     ibv_reg_mr/ibv_dereg_mr of a PD through libgdrcache-preload.so (its own cache),
+ *               where bench_hit runs under it over the fake libibverbs (hit_preload.c)
  */
 #ifndef BENCH_HIT_SYS_H
 #define BENCH_HIT_SYS_H
@@ -17,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum sys_kind { SYS_GDR_EVENTS, SYS_GDR_TAG, SYS_TAGCHECK, SYS_UCS, SYS_COUNT };
+enum sys_kind { SYS_GDR_EVENTS, SYS_GDR_TAG, SYS_TAGCHECK, SYS_UCS, SYS_PRELOAD, SYS_COUNT };
 
 struct sys_limits {
 	uint64_t max_bytes;   /* 0: the system's default (unbounded for the baseline) */
@@ -84,5 +86,11 @@ void ucs_freed(void *p, uint64_t addr, size_t len);
 uint64_t ucs_misses(void *p);
 uint64_t ucs_pinned(void *p);
 void ucs_describe(void *p, char *buf, size_t len);
+
+int pre_open(struct sys *s, const struct sys_limits *lim);
+int pre_get(void *p, uint64_t addr, size_t len, void **reg);
+void pre_put(void *p, void *reg);
+void pre_close(void *p);
+void pre_describe(void *p, char *buf, size_t len);
 
 #endif

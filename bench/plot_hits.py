@@ -22,7 +22,8 @@ m = tp[0]
 machine = f"{m['gpu']}, driver {m['driver']}, CUDA {m['cuda']}, {m['cpus']} CPUs"
 systems = list(dict.fromkeys(r["system"] for r in tp))
 style = {"gdr-events": ("tab:green", "o"), "gdr-tag": ("tab:blue", "s"),
-         "tagcheck": ("tab:red", "^"), "ucs-rcache": ("tab:purple", "D")}
+         "tagcheck": ("tab:red", "^"), "ucs-rcache": ("tab:purple", "D"),
+         "preload": ("tab:olive", "v")}
 panels = (("own", "own buffer per thread"), ("shared", "one buffer shared by all"),
           ("own-rand", "random of its own 128 buffers"),
           ("shared-rand", "random of 2048 shared buffers"))

@@ -19,7 +19,7 @@
 # Output in $OUT (or ./out-ab).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT=${OUT:-$ROOT/out-ab}
 C=build/gpucmp
 mkdir -p "$OUT"
