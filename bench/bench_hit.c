@@ -355,33 +355,17 @@ static double throughput(struct sys *s, int nthreads, int shared, const uint64_t
 	return (double)total / (t1 - t0);
 }
 
-/* ns per hit (get + put) on the calling thread: median of reps runs of n hits (random ones of
- * set if not NULL). */
-static double latency(struct sys *s, uint64_t addr, const struct bset *set, int reps,
-		      uint64_t batches, double *best, uint64_t *errors)
+/* ns per hit (get + put) on the calling thread, in one timed run of batches (random ones of set if
+ * not NULL). */
+static double latency_run(struct sys *s, uint64_t addr, const struct bset *set, uint64_t batches,
+			  uint64_t *errors)
 {
-	double v[32];
 	struct worker w = { .s = s, .addr = addr, .set = set, .seed = 0x2545f4914f6cdd1dULL };
+	double t0 = now();
 
-	if (reps > 32)
-		reps = 32;
-	hit_run(&w, batches / 4); /* warm */
-	for (int r = 0; r < reps; r++) {
-		double t0 = now();
-
-		hit_run(&w, batches);
-		v[r] = (now() - t0) / (double)w.ops * 1e9;
-		*errors += w.errors;
-	}
-	for (int i = 1; i < reps; i++) /* sort */
-		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-			double x = v[j];
-
-			v[j] = v[j - 1];
-			v[j - 1] = x;
-		}
-	*best = v[0];
-	return v[reps / 2];
+	hit_run(&w, batches);
+	*errors += w.errors;
+	return (now() - t0) / (double)w.ops * 1e9;
 }
 
 static double median(double *v, int n)
@@ -1387,9 +1371,36 @@ int main(int argc, char **argv)
 		}
 	}
 
+	/* The systems take turns, run by run (each first in turn), so that a machine whose speed
+	 * drifts (a VM's does, by up to 2x for seconds at a time) slows them alike. */
+	for (int pi = 0, nrun = quick ? 3 : 7; pi < NPAT; pi++) {
+		const struct bset *set = pi ? &pat_set[pi] : NULL;
+		uint64_t batches = quick ? 256 : 4096;
+		double v[SYS_COUNT][7];
+
+		for (int k = 0; k < SYS_COUNT; k++) /* warm */
+			if (sys[k].available)
+				latency_run(&sys[k], bufs[1], set, batches / 4, &errors[k]);
+		for (int r = 0; r < nrun; r++)
+			for (int q = 0; q < SYS_COUNT; q++) {
+				int k = (q + r) % SYS_COUNT;
+
+				if (sys[k].available)
+					v[k][r] = latency_run(&sys[k], bufs[1], set, batches,
+							      &errors[k]);
+			}
+		for (int k = 0; k < SYS_COUNT; k++) {
+			if (!sys[k].available)
+				continue;
+			lat[k][pi] = median(v[k], nrun); /* sorts */
+			lat_best[k][pi] = v[k][0];
+			latency_dist(&sys[k], bufs[1], set, quick ? 20000 : 200000, &p50[k][pi],
+				     &p99[k][pi], &errors[k]);
+		}
+	}
 	printf("\nlatency, one thread, ns per registration + release of a cached range: mean of a "
-	       "timed loop (median of %d runs; best), and p50 / p99 of %d hits timed one by one:\n",
-	       quick ? 3 : 7, quick ? 20000 : 200000);
+	       "timed loop (median of %d runs, the systems taking turns; best), and p50 / p99 of %d "
+	       "hits timed one by one:\n", quick ? 3 : 7, quick ? 20000 : 200000);
 	printf("  %-11s", "system");
 	for (int pi = 0; pi < NPAT; pi++)
 		printf(" %26s", pat_name[pi]);
@@ -1399,13 +1410,8 @@ int main(int argc, char **argv)
 			continue;
 		printf("  %-11s", sys_names[k]);
 		for (int pi = 0; pi < NPAT; pi++) {
-			const struct bset *set = pi ? &pat_set[pi] : NULL;
 			char cell[64];
 
-			lat[k][pi] = latency(&sys[k], bufs[1], set, quick ? 3 : 7, quick ? 256 : 4096,
-					     &lat_best[k][pi], &errors[k]);
-			latency_dist(&sys[k], bufs[1], set, quick ? 20000 : 200000, &p50[k][pi],
-				     &p99[k][pi], &errors[k]);
 			snprintf(cell, sizeof(cell), "%.1f (%.1f) %.0f/%.0f", lat[k][pi],
 				 lat_best[k][pi], p50[k][pi], p99[k][pi]);
 			printf(" %26s", cell);

@@ -6,8 +6,10 @@
  *   preload   ibv_reg_mr + ibv_dereg_mr of a cached GPU buffer: the preload's interposers, its
  *             shadow MR, the cache's hit (GDR_REG_CACHED_ONLY: no driver call in mode events)
  *   library   gdr_reg + gdr_dereg of the same buffers, with the same PD, on a cache of its own
- * Each thread cycles over its own 64 buffers (a random 4 KiB offset), after a warm-up that makes
- * every one a hit in both; 1, 4 and 16 threads (or those named after the count). The two paths take
+ * Each thread cycles over its own 64 buffers (a random 4 KiB offset; "rand64"), or registers the
+ * start of its first again and again ("same": the library's hit is then its memo's), after a
+ * warm-up that makes every one a hit in both; 1, 4 and 16 threads (or those named after the
+ * count). The two paths take
  * turns on each thread, in ROUNDS bursts each (which goes first alternates), so that a machine
  * whose speed drifts between runs (a VM's: one-thread figures of one binary spread 45-131 ns over
  * separate runs) slows both alike: per path, the median ns per reg+dereg over the bursts of every
@@ -38,6 +40,7 @@
 static struct ibv_pd *pd;
 static struct gdr_cache *lib;
 static int iters = 2000000;
+static int same; /* the pattern: the same buffer and offset every time, else rand64 */
 
 struct targ {
 	int id;
@@ -85,9 +88,13 @@ static void *run(void *arg)
 			int mode = (r + i) & 1;
 			double t0 = now(CLOCK_MONOTONIC);
 
-			for (unsigned j = 0; j < burst; j++)
-				a->fails += one(a, mode, rand_r(&seed) % NBUF,
-						(rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
+			if (same)
+				for (unsigned j = 0; j < burst; j++)
+					a->fails += one(a, mode, 0, 0) != 0;
+			else
+				for (unsigned j = 0; j < burst; j++)
+					a->fails += one(a, mode, rand_r(&seed) % NBUF,
+							(rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
 			a->ns[mode][r] = (now(CLOCK_MONOTONIC) - t0) / burst;
 		}
 	}
@@ -156,9 +163,11 @@ int main(int argc, char **argv)
 	       "1 MiB buffers of its own, random 4 KiB offset, every one a hit\n", hc.gpu,
 	       hc.cuda_version, hc.driver, cpu, iters, NBUF);
 	printf("# %d bursts of %d a path and thread, the paths taking turns\n", ROUNDS, iters / ROUNDS);
-	printf("%-8s %8s %14s %16s %8s\n", "path", "threads", "ns/reg+dereg", "M hits/s (all)",
-	       "fails");
-	for (unsigned ti = 0; ti < nthreads; ti++) {
+	printf("%-8s %-7s %8s %14s %16s %8s\n", "path", "pattern", "threads", "ns/reg+dereg",
+	       "M hits/s (all)", "fails");
+	for (unsigned pt = 0; pt < 2 * nthreads; pt++) {
+		unsigned ti = pt % nthreads;
+		const char *pat = (same = pt >= nthreads) ? "same" : "rand64";
 		static double v[2][MAX_THREADS * ROUNDS], ratio[MAX_THREADS * ROUNDS];
 		pthread_t th[MAX_THREADS];
 		int n = threads[ti], fails = 0, m = n * ROUNDS;
@@ -183,11 +192,11 @@ int main(int argc, char **argv)
 		for (int mode = 0; mode < 2; mode++) {
 			double med = quantile(v[mode], m, 0.5);
 
-			printf("%-8s %8d %14.1f %16.1f %8d\n", mode ? "library" : "preload", n, med,
-			       n * 1e3 / med, fails);
+			printf("%-8s %-7s %8d %14.1f %16.1f %8d\n", mode ? "library" : "preload", pat,
+			       n, med, n * 1e3 / med, fails);
 		}
-		printf("%-8s %8d %14.2f   (p10 %.2f, p90 %.2f: the preload's burst over the "
-		       "library's beside it)\n", "ratio", n, quantile(ratio, m, 0.5),
+		printf("%-8s %-7s %8d %14.2f   (p10 %.2f, p90 %.2f: the preload's burst over the "
+		       "library's beside it)\n", "ratio", pat, n, quantile(ratio, m, 0.5),
 		       quantile(ratio, m, 0.1), quantile(ratio, m, 0.9));
 	}
 	{
