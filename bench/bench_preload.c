@@ -9,12 +9,12 @@
  * Each thread cycles over its own 64 buffers (a random 4 KiB offset; "rand64"), or registers the
  * start of its first again and again ("same": the library's hit is then its memo's), after a
  * warm-up that makes every one a hit in both; 1, 4 and 16 threads (or those named after the
- * count). The two paths take
- * turns on each thread, in ROUNDS bursts each (which goes first alternates), so that a machine
- * whose speed drifts between runs (a VM's: one-thread figures of one binary spread 45-131 ns over
- * separate runs) slows both alike: per path, the median ns per reg+dereg over the bursts of every
- * thread, and hits per second in all; and the median, over bursts, of the preload's burst over the
- * library's burst next to it. Figures, not verdicts: not a test.
+ * count), thread i pinned to CPU i. The two paths take turns on each thread, in ROUNDS bursts
+ * each (which goes first alternates), so that a machine whose speed drifts between runs (a VM's:
+ * one-thread figures of one binary spread 45-131 ns over separate runs) slows both alike: per
+ * path, the median ns per reg+dereg over the bursts of every thread, and hits per second in all;
+ * and the median, over bursts, of the preload's burst over the library's burst next to it.
+ * Figures, not verdicts: not a test.
  * Usage: bench_preload [ITERS [THREADS...]]   (reg+dereg a thread per path; THREADS at most
  * MAX_THREADS each)
  */
@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +47,8 @@ struct targ {
 	int id;
 	hc_ptr buf[NBUF];
 	double ns[2][ROUNDS]; /* per burst: [0] preload, [1] library */
-	int fails;
-};
+	int fails;            /* written once, at the end: no line another thread reads */
+} __attribute__((aligned(64)));
 
 static double now(clockid_t clk)
 {
@@ -78,11 +79,16 @@ static void *run(void *arg)
 {
 	struct targ *a = arg;
 	unsigned seed = 12345 + a->id, burst = (unsigned)(iters / ROUNDS);
+	int fails = 0;
+	cpu_set_t cpus;
 
+	CPU_ZERO(&cpus); /* pinned, as bench_hit's threads are: thread i on CPU i */
+	CPU_SET(a->id % CPU_SETSIZE, &cpus);
+	pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
 	hc_thread();
 	for (int mode = 0; mode < 2; mode++)
 		for (unsigned k = 0; k < NBUF; k++)
-			a->fails += one(a, mode, k, 0) != 0; /* warm-up: each a miss once */
+			fails += one(a, mode, k, 0) != 0; /* warm-up: each a miss once */
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int i = 0; i < 2; i++) {
 			int mode = (r + i) & 1;
@@ -90,14 +96,15 @@ static void *run(void *arg)
 
 			if (same)
 				for (unsigned j = 0; j < burst; j++)
-					a->fails += one(a, mode, 0, 0) != 0;
+					fails += one(a, mode, 0, 0) != 0;
 			else
 				for (unsigned j = 0; j < burst; j++)
-					a->fails += one(a, mode, rand_r(&seed) % NBUF,
-							(rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
+					fails += one(a, mode, rand_r(&seed) % NBUF,
+						     (rand_r(&seed) % (BUFSZ / 4096)) * 4096) != 0;
 			a->ns[mode][r] = (now(CLOCK_MONOTONIC) - t0) / burst;
 		}
 	}
+	a->fails = fails;
 	return NULL;
 }
 
