@@ -10,6 +10,7 @@
 #   ITERS        reg+dereg a thread (default 2000000)
 #   THREADS      thread counts (default "1 4 16")
 #   RUNS         runs of each (default 1): single-thread figures vary between runs on a VM
+#   MODES        GDRCACHE_VALIDATE modes (default "events tag")
 #   OLD_PRELOAD  another libgdrcache-preload.so (an earlier tree's, built the same way), run the
 #                same way after this build's, for a before/after in one sitting
 # Output: $OUT/preload.txt.
@@ -33,7 +34,7 @@ fi
 	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 	for run in $(seq 1 "${RUNS:-1}"); do
 		for so in "$B/lib/libgdrcache-preload.so" ${OLD_PRELOAD:+"$OLD_PRELOAD"}; do
-			for mode in events tag; do
+			for mode in ${MODES:-events tag}; do
 				echo "## run $run, $so, GDRCACHE_VALIDATE=$mode (the preload's cache and the library's)"
 				# shellcheck disable=SC2086 # THREADS: a list
 				GDRCACHE_VALIDATE=$mode LD_PRELOAD="$so" \
