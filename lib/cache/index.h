@@ -26,11 +26,10 @@ struct gdr_region;
  * writes a tombstone. Since the slot gives the record's number, a hit loads the record and its
  * hold counter at once, not one after the other. A fingerprint may match another key's slot: a
  * reader trusts a record only after checking that it serves the request (its range lies in its
- * entry's), then checks its state, so a false
- * match, a torn or a stale view can only make it miss, and a miss takes the locked path. A record
- * leaves the hash before it is retired, and records are reused only after a grace period
- * (record.c). Growing or compacting makes a new table; the old one is freed after a grace
- * period. */
+ * entry's), then checks its state, so a false match, a torn or a stale view can only make it
+ * miss, and a miss takes the locked path. A record leaves the hash before it is retired, and
+ * records are reused only after a grace period (record.c). Growing or compacting makes a new
+ * table; the old one is freed after a grace period. */
 #define GDR_HIX_LEVELS 10
 #define GDR_HIX_EMPTY 0ULL
 #define GDR_HIX_TOMB 1ULL
@@ -66,14 +65,26 @@ static inline unsigned gdr_hix_level(uint64_t size)
 		k++;
 	return k;
 }
-/* The key of addr's granule at level k, hashed once for both its uses below: Fibonacci hashing of
- * the granule, the level in the top bits (a one-to-one map: the granule has at most 52 bits). The
- * granules of one level step by the golden ratio and spread evenly over the buckets. (A key that
- * packed the level below the granule, stepping by 16, piled neighbouring granules into a few
- * buckets: 16 times the golden ratio is close to 8/9.) */
+/* The key of addr's granule at level k, hashed once for both its uses below, and *part, which
+ * 512th of the granule addr lies in, from the same shift (a shift by a variable count costs a
+ * lookup a register move too). The key: Fibonacci hashing of the granule, the level in the top
+ * bits (a one-to-one map: the granule has at most 52 bits). The granules of one level step by
+ * the golden ratio and spread evenly over the buckets. (A key that packed the level below the
+ * granule, stepping by 16, piled neighbouring granules into a few buckets: 16 times the golden
+ * ratio is close to 8/9.) */
+static inline uint64_t gdr_hix_key_part(uint64_t addr, unsigned k, uint64_t *part)
+{
+	uint64_t g9 = addr >> (gdr_hix_shift(k) - 9);
+
+	*part = g9 & 511;
+	return ((g9 >> 9) ^ (uint64_t)k << 60) * 0x9e3779b97f4a7c15ULL;
+}
+/* The key alone. */
 static inline uint64_t gdr_hix_key(uint64_t addr, unsigned k)
 {
-	return ((addr >> gdr_hix_shift(k)) ^ (uint64_t)k << 60) * 0x9e3779b97f4a7c15ULL;
+	uint64_t part;
+
+	return gdr_hix_key_part(addr, k, &part);
 }
 /* The slots are in buckets of GDR_HIX_BUCKET (32 bytes: never across a cache line, the table
  * being 64-byte aligned): a key's probe run starts at the first slot of its bucket, so that a
@@ -133,19 +144,13 @@ static inline uint64_t gdr_hix_last(uint64_t w)
 {
 	return (w >> (GDR_HIX_SLOT_BITS + 9)) & 511;
 }
-/* Which 512th of its level-k granule addr lies in. */
+/* Which 512th of its level-k granule addr lies in (gdr_hix_key_part's *part). */
 static inline uint64_t gdr_hix_part(uint64_t addr, unsigned k)
 {
-	return (addr >> (gdr_hix_shift(k) - 9)) & 511;
-}
-/* Both: gdr_hix_key(addr, k), and *part = gdr_hix_part(addr, k), from one shift by the level's
- * (a lookup's: a shift by a variable count costs a register move too). */
-static inline uint64_t gdr_hix_key_part(uint64_t addr, unsigned k, uint64_t *part)
-{
-	uint64_t g9 = addr >> (gdr_hix_shift(k) - 9);
+	uint64_t part;
 
-	*part = g9 & 511;
-	return ((g9 >> 9) ^ (uint64_t)k << 60) * 0x9e3779b97f4a7c15ULL;
+	gdr_hix_key_part(addr, k, &part);
+	return part;
 }
 /* The entry whose range holds addr, or NULL. Under the lock. */
 struct gdr_entry *gdr_index_find(const struct gdr_index *ix, uint64_t addr);
