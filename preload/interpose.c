@@ -351,16 +351,16 @@ static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, 
 	return false;
 }
 
-/* gdr_reg on c for a cacheable request (flags: GDR_REG_CACHED_ONLY or 0). 0: *region holds a
- * reference and *cmr is the cached MR. */
-HIT_PATH int cache_get(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len,
-		       unsigned access, int flags, struct gdr_region **region, struct ibv_mr **cmr)
+/* gdr_reg on c for a cacheable request that missed (the library classifies it). 0: *region holds
+ * a reference and *cmr is the cached MR. */
+static int cache_get(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_t len,
+		     unsigned access, struct gdr_region **region, struct ibv_mr **cmr)
 {
 	enum gdr_mem_kind kind = GDR_MEM_HOST;
 	int rc;
 
 	in_lib++;
-	rc = gdr_reg(c, pd, addr, len, (int)access | flags, region);
+	rc = gdr_reg(c, pd, addr, len, (int)access, region);
 	if (!rc) {
 		*cmr = NULL;
 		gdr_region_mem_kind(*region, &kind);
@@ -394,22 +394,7 @@ static __attribute__((noinline)) int cache_miss(struct ibv_pd *pd, void *addr, s
 	rc = gdrp_pd_note(pd);
 	if (rc)
 		return rc;
-	return cache_get(cache, pd, addr, len, access, 0, region, cmr);
-}
-
-/* A cacheable request (ibv_rereg_mr's new range): a hit first, with no driver call
- * (GDR_REG_CACHED_ONLY; a hit has an MR of this pd, noted when that MR was made); on a miss,
- * cache_miss. 0: *region holds a reference and *cmr is the cached MR; 1: host memory (counted; the
- * caller passes it through); else an error of the cache. */
-static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
-		     struct gdr_region **region, struct ibv_mr **cmr)
-{
-	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
-
-	/* no cache yet: no GPU registration yet, nothing cached */
-	if (c && !cache_get(c, pd, addr, len, access, GDR_REG_CACHED_ONLY, region, cmr))
-		return 0;
-	return cache_miss(pd, addr, len, access, region, cmr);
+	return cache_get(cache, pd, addr, len, access, region, cmr);
 }
 
 HIT_PATH void shadow_fill(struct ibv_mr *s, const struct ibv_mr *m, struct ibv_pd *pd, void *addr,
@@ -454,26 +439,53 @@ HIT_PATH struct ibv_mr *shadow_new(struct gdr_region *region, const struct ibv_m
 	return &r->mr;
 }
 
-/* The hit of every registration entry point, inline: a shadow of a registration the cache already
- * holds (GDR_REG_CACHED_ONLY: no driver call, nothing classified; what it serves is GPU memory,
- * gdrcache.h), or NULL: anything else, which reg_cached decides. Touches no errno: the library's
- * hit does not, and the preload's own allocations on the way keep it (mrtab.c, counters_slow). */
-HIT_PATH struct ibv_mr *reg_hit(struct ibv_pd *pd, void *addr, size_t len, unsigned access)
+/* The cache's registration of a request it already holds (GDR_REG_CACHED_ONLY: no driver call,
+ * nothing classified; what it serves is GPU memory, gdrcache.h; a hit has an MR of this pd, noted
+ * when that MR was made). 0: *region holds a reference and *cmr is the cached MR; else nothing is
+ * held. Touches no errno: the library's hit does not. */
+HIT_PATH int cache_hit(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		       struct gdr_region **region, struct ibv_mr **cmr)
 {
 	struct gdr_cache *c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
-	struct gdr_region *region;
-	struct ibv_mr *cmr = NULL, *mr;
 	int rc;
 
 	if (__builtin_expect(!c, 0))
-		return NULL; /* no GPU registration yet */
+		return -ENOENT; /* no GPU registration yet */
 	in_lib++;
-	rc = gdr_reg(c, pd, addr, len, (int)access | GDR_REG_CACHED_ONLY, &region);
+	rc = gdr_reg(c, pd, addr, len, (int)access | GDR_REG_CACHED_ONLY, region);
 	in_lib--;
 	if (rc)
+		return rc;
+	*cmr = NULL;
+	gdr_region_mr(*region, cmr);
+	if (__builtin_expect(*cmr != NULL, 1))
+		return 0;
+	region_put(*region);
+	return -ENOTSUP;
+}
+
+/* A cacheable request (ibv_rereg_mr's new range): cache_hit, else cache_miss. 0: *region holds a
+ * reference and *cmr is the cached MR; 1: host memory (counted; the caller passes it through);
+ * else an error of the cache. */
+static int cache_reg(struct ibv_pd *pd, void *addr, size_t len, unsigned access,
+		     struct gdr_region **region, struct ibv_mr **cmr)
+{
+	if (!cache_hit(pd, addr, len, access, region, cmr))
+		return 0;
+	return cache_miss(pd, addr, len, access, region, cmr);
+}
+
+/* The hit of every registration entry point, inline: a shadow of a registration the cache already
+ * holds (cache_hit), or NULL: anything else, which reg_cached decides. Touches no errno: the
+ * preload's own allocations on the way keep it (mrtab.c, counters_slow). */
+HIT_PATH struct ibv_mr *reg_hit(struct ibv_pd *pd, void *addr, size_t len, unsigned access)
+{
+	struct gdr_region *region;
+	struct ibv_mr *cmr, *mr;
+
+	if (cache_hit(pd, addr, len, access, &region, &cmr))
 		return NULL;
-	gdr_region_mr(region, &cmr);
-	mr = cmr ? shadow_new(region, cmr, pd, addr, len, access) : NULL;
+	mr = shadow_new(region, cmr, pd, addr, len, access);
 	if (__builtin_expect(!mr, 0))
 		region_put(region); /* reg_cached decides (and logs) */
 	return mr;
