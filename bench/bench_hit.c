@@ -118,6 +118,12 @@ static inline uint64_t xs64(uint64_t *x)
 	return *x;
 }
 
+/* The address a random hit on buffer k of set registers: a page of it, from the high bits of v. */
+static inline uint64_t rand_addr(const struct bset *set, uint64_t k, uint64_t v)
+{
+	return set->addr[k] + (((v >> 32) * set->pages[k]) >> 32) * 4096;
+}
+
 /* ---- cycle counter, for one operation timed alone ------------------------------------------ */
 
 #if defined(__x86_64__)
@@ -193,8 +199,7 @@ static atomic_int go, stop;
 		for (int i_ = 0; i_ < BATCH; i_++) {                                         \
 			void *r_;                                                            \
 			uint64_t x_ = xs64(&x), k_ = x_ & mask;                              \
-			uint64_t addr = set->addr[k_] +                                      \
-				(((x_ >> 32) * set->pages[k_]) >> 32) * 4096;                \
+			uint64_t addr = rand_addr(set, k_, x_);                              \
 			size_t len = set->len[k_];                                           \
 			if (GET == 0)                                                        \
 				PUT;                                                         \
@@ -218,7 +223,7 @@ static void hit_run_timed(struct worker *w, uint64_t n)
 		if (set) {
 			uint64_t v = xs64(&x), k = v & mask;
 
-			addr = set->addr[k] + (((v >> 32) * set->pages[k]) >> 32) * 4096;
+			addr = rand_addr(set, k, v);
 			len = set->len[k];
 		}
 		c0 = cycles();
@@ -1071,7 +1076,7 @@ static double harness_ns(const struct bset *set)
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t v = xs64(&x), k = v & mask;
 
-		acc += set->addr[k] + (((v >> 32) * set->pages[k]) >> 32) * 4096 + set->len[k];
+		acc += rand_addr(set, k, v) + set->len[k];
 	}
 	sink = acc;
 	(void)sink;
@@ -1135,7 +1140,7 @@ static double floor_ns(const struct bset *set, int reps, double *best)
 
 		for (uint64_t i = 0; i < iters; i++) {
 			uint64_t u = xs64(&x), k = u & mask, w;
-			uint64_t addr = set->addr[k] + (((u >> 32) * set->pages[k]) >> 32) * 4096;
+			uint64_t addr = rand_addr(set, k, u);
 			uint64_t g = addr >> 21, j = g * 0x9e3779b97f4a7c15ULL >> (64 - bits);
 			const struct floor_rec *q;
 
