@@ -1110,7 +1110,7 @@ static double floor_ns(const struct bset *set, int reps, double *best)
 	uint32_t n = set->n, bits = 4;
 	struct floor_rec *rec = aligned_alloc(64, n * sizeof(*rec));
 	uint64_t *tab, *cnt = calloc(n, sizeof(*cnt)), x = 0x2545f4914f6cdd1dULL, mask = n - 1;
-	double v[32];
+	double v[32], med;
 
 	while ((1ULL << bits) < 4ULL * n)
 		bits++;
@@ -1158,10 +1158,9 @@ static double floor_ns(const struct bset *set, int reps, double *best)
 			v[r] = (now() - t0) / (double)iters * 1e9;
 	}
 	free(rec), free(tab), free(cnt);
+	med = median(v, reps); /* sorts */
 	*best = v[0];
-	for (int i = 1; i < reps; i++)
-		*best = v[i] < *best ? v[i] : *best;
-	return median(v, reps);
+	return med;
 }
 
 int main(int argc, char **argv)
