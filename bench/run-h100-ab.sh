@@ -36,7 +36,7 @@ rounds() {
 	done
 }
 lat1() { with "$1" $C/bench_hit --latency-only --only gdr-events --seconds 0.2 2>&1 |
-	grep -E '^  (gdr-events|floor) ' | grep -v libgdr | tr '\n' ' '; echo; }
+	grep -E '^  (gdr-events |floor)' | grep -v libgdr | tr '\n' ' '; echo; }
 same1() { with "$1" $C/bench_hit --latency-only --only gdr-events --reps 3 --seconds 0.1 \
 	--quick 2>&1 | grep '^  gdr-events  ' | grep -v libgdr; }
 miss1() {
