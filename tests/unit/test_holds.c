@@ -166,7 +166,9 @@ static void set_my_counter(struct gdr_region *r, long long v)
 	__typeof__(gdr_thr_counter(t, 0)) ctr;
 
 	assert_non_null(t);
+	gdr_cache_lock(cache); /* gdr_thr_counter_alloc's contract: under the cache's lock */
 	ctr = gdr_thr_counter_alloc(cache, t, gdr_rec_slot(r));
+	gdr_cache_unlock_plain(cache);
 	assert_non_null(ctr);
 	__atomic_store_n(ctr, (__typeof__(*ctr))v, __ATOMIC_RELAXED);
 }
@@ -527,7 +529,10 @@ static void test_destroy_quiesces_before_counting(void **state)
 	s.r = reg(a);
 	assert_int_equal(gdr_dereg(s.r), 0);
 	t = gdr_thr_get(cache);
+	gdr_cache_lock(cache); /* gdr_thr_counter_alloc's contract */
 	ctr = gdr_thr_counter_alloc(cache, t, gdr_rec_slot(s.r));
+	gdr_cache_unlock_plain(cache);
+	assert_non_null(ctr);
 	gdr_thr_enter(t);                       /* the lookup begins: the entry is LIVE */
 	assert_int_equal(pthread_create(&d, NULL, destroyer, &s), 0);
 	usleep(100000);                         /* destroy runs (and waits for this lookup) */
