@@ -151,12 +151,13 @@ hix_levels(const struct gdr_hix *h, struct gdr_region *base, const struct ibv_pd
 	return r;
 }
 
-/* A request's access as records keep it (without the library's own flags), and whether it needs
- * an exact MR: remote access gets keys bounded by what was asked (a remote peer must not reach the
- * rest of the pin), unless the caller asked for the wide MR. */
-static inline int req_access(int access)
+/* A request's access as records keep it: without the library's own flags, and 0 without a pd (no
+ * MR: access means nothing, and gdr_entry_take records 0); and whether it needs an exact MR:
+ * remote access gets keys bounded by what was asked (a remote peer must not reach the rest of the
+ * pin), unless the caller asked for the wide MR. */
+static inline int req_access(const struct ibv_pd *pd, int access)
 {
-	return access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY);
+	return pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0;
 }
 
 static inline bool req_exact(const struct ibv_pd *pd, int access)
@@ -273,8 +274,6 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 	uint64_t gen;
 	uint32_t slot = 0;
 
-	if (!pd)
-		access = 0;
 	if (c->validator->events &&
 	    gdr_events_head() != __atomic_load_n(&c->ev_next, __ATOMIC_ACQUIRE))
 		return 1; /* a free to apply first */
@@ -344,7 +343,7 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 		return -EINVAL;
 	}
 	*region = NULL;
-	access = req_access(access);
+	access = req_access(pd, access);
 	if (!len || a + len < a) {
 		gdr_cache_lock(c);
 		c->st.fail_input++;
@@ -382,8 +381,8 @@ static __attribute__((noinline)) int reg_held(struct gdr_cache *c, struct gdr_th
 		return 0;
 	}
 	*region = NULL;
-	return reg_slow(c, t, pd, (uintptr_t)addr, len, req_access(access), req_exact(pd, access),
-			access & GDR_REG_CACHED_ONLY, &st, region);
+	return reg_slow(c, t, pd, (uintptr_t)addr, len, req_access(pd, access),
+			req_exact(pd, access), access & GDR_REG_CACHED_ONLY, &st, region);
 }
 
 /* A hit of reg_hot: the rest of gdr_reg's. */
@@ -413,8 +412,8 @@ static inline __attribute__((always_inline)) int reg_from(struct gdr_cache *c, s
 
 	if (__builtin_expect(!t, 0))
 		return reg_general(c, pd, addr, len, access, region);
-	r = reg_hot(c, t, pd, (uintptr_t)addr, len, pd ? req_access(access) : 0,
-		    req_exact(pd, access), from, &how);
+	r = reg_hot(c, t, pd, (uintptr_t)addr, len, req_access(pd, access), req_exact(pd, access),
+		    from, &how);
 	if (__builtin_expect(!r, 0))
 		return reg_general(c, pd, addr, len, access, region);
 	return reg_done(c, t, r, pd, addr, len, access, region);
@@ -452,7 +451,7 @@ GDR_EXPORT int gdr_reg(struct gdr_cache *c, struct ibv_pd *pd, void *addr, size_
 	t = gdr_thr_find(c);
 	if (__builtin_expect(!t, 0))
 		return reg_general(c, pd, addr, len, access, region);
-	r = reg_hot(c, t, pd, a, len, pd ? req_access(access) : 0, exact, HOT_FIRST, &how);
+	r = reg_hot(c, t, pd, a, len, req_access(pd, access), exact, HOT_FIRST, &how);
 	if (__builtin_expect(!r, 0)) {
 		if (how == HOT_REST)
 			return reg_rest(c, pd, addr, len, access, region);
