@@ -50,7 +50,7 @@ uint64_t gdr_entry_reach(const struct gdr_entry *e)
 	uint64_t lo = e->pin.base, hi = e->pin.base + e->pin.len;
 
 	for (uint32_t k = 0; k < e->ntags; k++) {
-		const struct gdr_tag *t = &e->tags[k];
+		const struct gdr_tag *t = &gdr_entry_tags(e)[k];
 		uint64_t s = t->start, end = t->start + t->size;
 
 		if (t->alloc_size) {
@@ -122,7 +122,7 @@ static void drop_tagged(struct gdr_cache *c, uint64_t lo, uint64_t hi,
 
 		c->events_examined++;
 		for (uint32_t k = 0; !hit && k < e->ntags; k++)
-			hit = gone(c, &e->tags[k], arg);
+			hit = gone(c, &gdr_entry_tags(e)[k], arg);
 		if (hit)
 			gdr_entry_stale(c, e); /* leaves the index: the next one is at i now */
 		else

@@ -100,14 +100,16 @@ static inline bool gdr_region_handed(const struct gdr_region *r)
 	return m == GDR_REGION_LIVE || m == GDR_REGION_DYING;
 }
 
-struct gdr_entry { /* 136 bytes, from the cache's chunks (entry.c; a hit reads no line of it
+struct gdr_entry { /* 128 bytes, from the cache's chunks (entry.c; a hit reads no line of it
 		      but pin.be where the backend may revoke) */
-	struct gdr_region *regions; /* its records, linked through their slots (under the lock) */
-	struct gdr_pin pin;         /* what it pins: [pin.base, pin.base + pin.len) */
-	struct gdr_tag *tags;       /* sorted by start, non-overlapping (under the lock only); the
-				       first one in tag0 while there is only one, then an array whose
-				       capacity is ntags rounded up to a power of two */
-	struct gdr_tag tag0;
+	struct gdr_region *regions;   /* its records, linked through their slots (under the lock) */
+	struct gdr_pin pin;           /* what it pins: [pin.base, pin.base + pin.len) */
+	union {                       /* its tags (gdr_entry_tags): sorted by start, non-overlapping
+					 (under the lock only) */
+		struct gdr_tag tag0;  /* while it has one (or none) */
+		struct gdr_tag *tagv; /* from its second on: an array whose capacity is ntags
+					 rounded up to a power of two */
+	} t;
 	struct gdr_entry *prev, *next; /* LRU (indexed entries) or the detached list */
 	struct gdr_entry *defer;       /* retired, freed after the next grace period */
 	uint32_t ntags;
@@ -117,6 +119,13 @@ struct gdr_entry { /* 136 bytes, from the cache's chunks (entry.c; a hit reads n
 	uint8_t used;    /* taken under the lock since the evictor last looked (CLOCK second
 			    chance; a lock-free hit marks its record's instead) */
 };
+_Static_assert(sizeof(struct gdr_entry) == 128, "an entry is 128 bytes: 32 to a chunk (entry.c)");
+
+/* e's tags, e->ntags of them (changed only by gdr_entry_add_tags). */
+static inline const struct gdr_tag *gdr_entry_tags(const struct gdr_entry *e)
+{
+	return e->ntags > 1 ? e->t.tagv : &e->t.tag0;
+}
 _Static_assert(GDR_EXACT_PER_ENTRY < UINT16_MAX, "nexact fits its field");
 
 /* A retired record is reused only after this many others were retired after it. */
@@ -229,10 +238,12 @@ int64_t gdr_region_holds(struct gdr_cache *c, const struct gdr_region *r);
 void gdr_cache_sync(struct gdr_cache *c);
 void gdr_reclaim(struct gdr_cache *c, bool force);
 
-/* entry.c: entries, eviction, holds. Entries come from chunks of GDR_ENTRY_CHUNK bytes kept by the
- * cache until it is destroyed, given back to it (never to malloc) once freed: an entry then costs
- * its size, not a malloc chunk's (8 bytes of header, 16-byte granules). Under the lock. */
-#define GDR_ENTRY_CHUNK 4096u
+/* entry.c: entries, eviction, holds. Entries come from chunks of GDR_ENTRY_CHUNK_N entries (and a
+ * link: GDR_ENTRY_CHUNK bytes) kept by the cache until it is destroyed, given back to it (never to
+ * malloc) once freed: an entry then costs its size and a 32nd of a link and a malloc header, not a
+ * malloc chunk's (8 bytes of header, 16-byte granules). Under the lock. */
+#define GDR_ENTRY_CHUNK_N 32u
+#define GDR_ENTRY_CHUNK (sizeof(void *) + GDR_ENTRY_CHUNK_N * sizeof(struct gdr_entry))
 struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c);        /* zeroed; NULL: out of memory */
 void gdr_entry_free(struct gdr_cache *c, struct gdr_entry *e); /* its tags array too */
 void gdr_entries_fini(struct gdr_cache *c);

@@ -52,17 +52,18 @@ static bool entry_used_clear(struct gdr_entry *e)
 
 struct gdr_entry_chunk {
 	struct gdr_entry_chunk *next;
-	struct gdr_entry e[];
+	struct gdr_entry e[GDR_ENTRY_CHUNK_N];
 };
-#define ENTRIES_PER_CHUNK                                                                          \
-	((GDR_ENTRY_CHUNK - sizeof(struct gdr_entry_chunk)) / sizeof(struct gdr_entry))
+_Static_assert(sizeof(struct gdr_entry_chunk) == GDR_ENTRY_CHUNK,
+	       "a chunk is its link and entries");
+#define ENTRIES_PER_CHUNK GDR_ENTRY_CHUNK_N
 
 struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c)
 {
 	struct gdr_entry *e = c->entry_free;
 
 	if (!e) {
-		struct gdr_entry_chunk *k = malloc(GDR_ENTRY_CHUNK);
+		struct gdr_entry_chunk *k = malloc(sizeof(*k));
 
 		if (!k)
 			return NULL;
@@ -84,9 +85,9 @@ struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c)
 
 void gdr_entry_free(struct gdr_cache *c, struct gdr_entry *e)
 {
-	if (e->tags != &e->tag0)
-		free(e->tags);
-	e->tags = NULL;
+	if (e->ntags > 1)
+		free(e->t.tagv);
+	e->ntags = 0;
 	e->defer = c->entry_free;
 	c->entry_free = e;
 	ENTRY_POISON(e);
@@ -204,7 +205,7 @@ void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 {
 	c->st.stale++;
 	for (uint32_t i = 0; i < e->ntags; i++)
-		gdr_synced_forget(c, e->tags[i].buffer_id);
+		gdr_synced_forget(c, gdr_entry_tags(e)[i].buffer_id);
 	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->pin.base,
 		(unsigned long long)e->pin.len);
 	gdr_entry_drop(c, e);
@@ -311,7 +312,7 @@ int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64
 		return -ESTALE;
 	}
 	for (uint32_t i = 0; i < e->ntags; i++) {
-		const struct gdr_tag *t = &e->tags[i];
+		const struct gdr_tag *t = &gdr_entry_tags(e)[i];
 		uint64_t tend = t->start + t->size;
 		bool overlaps = t->start < end && tend > a;
 
@@ -329,9 +330,11 @@ int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64
 
 static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
 {
+	const struct gdr_tag *tv = gdr_entry_tags(e);
+
 	for (uint32_t i = 0; i < e->ntags; i++)
-		if (e->tags[i].start <= a && a < e->tags[i].start + e->tags[i].size)
-			return &e->tags[i];
+		if (tv[i].start <= a && a < tv[i].start + tv[i].size)
+			return &tv[i];
 	return NULL;
 }
 
@@ -340,32 +343,35 @@ static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
 int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
+		/* The tags, written here through tv: tag0 up to one, the array from two on (its
+		 * capacity ntags rounded up to a power of two). */
+		struct gdr_tag *tv = e->ntags > 1 ? e->t.tagv : &e->t.tag0;
 		uint32_t i;
 
 		for (i = 0; i < e->ntags; i++)
-			if (e->tags[i].buffer_id == t[k].buffer_id &&
-			    e->tags[i].start == t[k].start && e->tags[i].size == t[k].size)
+			if (tv[i].buffer_id == t[k].buffer_id && tv[i].start == t[k].start &&
+			    tv[i].size == t[k].size)
 				break;
 		if (i < e->ntags)
 			continue;
-		if (!e->ntags) {
-			e->tags = &e->tag0; /* one allocation: no memory of its own */
-		} else if (!(e->ntags & (e->ntags - 1))) { /* full: capacity is a power of two */
+		if (e->ntags && !(e->ntags & (e->ntags - 1))) { /* full */
 			struct gdr_tag *v;
 
 			if (e->ntags > UINT32_MAX / 2)
 				return -ENOMEM;
-			v = e->tags == &e->tag0 ? malloc(2 * e->ntags * sizeof(*v))
-						: realloc(e->tags, 2 * e->ntags * sizeof(*v));
+			v = e->ntags == 1 ? malloc(2 * sizeof(*v))
+					  : realloc(tv, 2 * e->ntags * sizeof(*v));
 			if (!v)
 				return -ENOMEM;
-			if (e->tags == &e->tag0)
-				v[0] = e->tag0;
-			e->tags = v;
+			if (e->ntags == 1)
+				v[0] = e->t.tag0;
+			/* From here to ntags' increment the array is e's, ntags still 1: nothing
+			 * reads e's tags in between (under the lock, no return). */
+			e->t.tagv = tv = v;
 		}
-		for (i = e->ntags; i > 0 && e->tags[i - 1].start > t[k].start; i--)
-			e->tags[i] = e->tags[i - 1];
-		e->tags[i] = t[k];
+		for (i = e->ntags; i > 0 && tv[i - 1].start > t[k].start; i--)
+			tv[i] = tv[i - 1];
+		tv[i] = t[k];
 		e->ntags++;
 	}
 	return 0;

@@ -294,7 +294,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 			gdr_entry_stale(c, o);
 			continue;
 		}
-		rc = gdr_entry_add_tags(e, o->tags, o->ntags);
+		rc = gdr_entry_add_tags(e, gdr_entry_tags(o), o->ntags);
 		if (rc)
 			goto err_free;
 		if (o->pin.base < base)

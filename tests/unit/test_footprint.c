@@ -23,8 +23,8 @@
 #include "cache/cache.h" /* white box: what an entry costs */
 
 #define MiB (1024ULL * 1024)
-#define N 4096    /* the point printed and bound */
-#define NMAX 8192 /* the sweep's last */
+#define N 4096          /* the point printed and bound */
+#define NMAX 8192       /* the sweep's last */
 #define MALLOC_HEADER 8 /* glibc's chunk header beside what malloc_usable_size reports */
 
 static size_t heap(const void *p)
@@ -36,9 +36,11 @@ static size_t heap(const void *p)
  * Printed where print. Returns the total; *corep: without the SYNC_MEMOPS set. */
 static size_t bytes_per_entry(struct ibv_pd *pd, int n, bool print, size_t *corep)
 {
-	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_MAX_ENTRIES |
-					    GDR_CACHE_ATTR_MAX_BYTES,
-				    .validate = GDR_VALIDATE_EVENTS, .max_entries = 2 * NMAX,
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_VALIDATE |
+						  GDR_CACHE_ATTR_MAX_ENTRIES |
+						  GDR_CACHE_ATTR_MAX_BYTES,
+				    .validate = GDR_VALIDATE_EVENTS,
+				    .max_entries = 2 * NMAX,
 				    .max_bytes = 1ULL << 40 };
 	static uint64_t va[NMAX];
 	struct gdr_cache *c = NULL;
@@ -59,8 +61,8 @@ static size_t bytes_per_entry(struct ibv_pd *pd, int n, bool print, size_t *core
 	for (size_t i = 0; i < c->index.n; i++) {
 		struct gdr_entry *e = c->index.v[i];
 
-		if (e->tags != &e->tag0)
-			tags += heap(e->tags);
+		if (e->ntags > 1)
+			tags += heap(e->t.tagv);
 		for (struct gdr_region *q = e->regions; q; q = gdr_region_next(q))
 			records += sizeof(*q);
 	}
@@ -80,13 +82,14 @@ static size_t bytes_per_entry(struct ibv_pd *pd, int n, bool print, size_t *core
 	per = (entry + tags + records + index + hash + released + synced) / n;
 	if (print)
 		printf("memory per entry, %d entries of a 1 MiB allocation and one record each, %s: %zu "
-	       "bytes (entry %zu, its tags beyond the first %zu, record %zu, sorted index %zu, hash "
-	       "%zu: %.2f keys an entry, %.0f%% full, holds given back under the lock %zu); with "
-	       "the SYNC_MEMOPS set's %zu: %zu; apart: %zu bytes per thread that holds it (hold "
-	       "counters)\n",
-		       n, pd ? "one PD" : "no PD", core, entry / n, tags / n, records / n, index / n,
-		       hash / n, (double)keys / n, 100.0 * keys / (1ULL << c->index.hix->bits),
-		       released / n, synced / n, per, holds / n);
+		       "bytes (entry %zu, its tags beyond the first %zu, record %zu, sorted index %zu, hash "
+		       "%zu: %.2f keys an entry, %.0f%% full, holds given back under the lock %zu); with "
+		       "the SYNC_MEMOPS set's %zu: %zu; apart: %zu bytes per thread that holds it (hold "
+		       "counters)\n",
+		       n, pd ? "one PD" : "no PD", core, entry / n, tags / n, records / n,
+		       index / n, hash / n, (double)keys / n,
+		       100.0 * keys / (1ULL << c->index.hix->bits), released / n, synced / n, per,
+		       holds / n);
 	assert_int_equal(gdr_cache_flush(c), n);
 	assert_int_equal(gdr_cache_destroy(c), 0);
 	for (int i = 0; i < n; i++)
@@ -98,10 +101,11 @@ static size_t bytes_per_entry(struct ibv_pd *pd, int n, bool print, size_t *core
 /* N entries (printed), then a sweep of n from 2048 to NMAX: the arrays that grow by doubling (the
  * hash, the sorted index, the SYNC_MEMOPS set) cost between once and twice their fill, so one point
  * says little; the sweep's mean is what an entry costs, its worst what a count just past a
- * doubling costs. Bound: issue 16's 256 bytes, all included, at N and on the sweep's mean; the
- * worst, a bound against growth. Before the 64-byte record, the 136-byte entry, the MR kept by the
- * records and the compact SYNC_MEMOPS set: 432 at N (and 48 more with a PD); 259 before the
- * entries' chunks and the 8-byte slots of the set. */
+ * doubling costs. Bound: issue 16's 256 bytes, all included, at N, on the sweep's mean and at its
+ * worst. Before the 64-byte record, the 136-byte entry, the MR kept by the records and the compact
+ * SYNC_MEMOPS set: 432 at N (and 48 more with a PD); 259 before the entries' chunks and the 8-byte
+ * slots of the set; 255 on average and 263 at worst before the 128-byte entry (its tags' array in
+ * the first tag's place) and chunks of 32 entries. */
 static void bytes_sweep(struct ibv_pd *pd)
 {
 	size_t core, per = bytes_per_entry(pd, N, true, &core), sum = 0, worst = 0, m = 0;
@@ -118,10 +122,8 @@ static void bytes_sweep(struct ibv_pd *pd)
 	       "worst (all included)\n",
 	       m, NMAX, sum / m, worst);
 	assert_true(sum / m <= 256);
-	assert_true(worst <= 320);
+	assert_true(worst <= 256);
 }
-
-
 
 static void test_bytes_per_entry(void **state)
 {
