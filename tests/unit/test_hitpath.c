@@ -142,13 +142,14 @@ static void test_bad_range_at_a_cached_address(void **state)
 		assert_null(r);
 		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), wrap, 0, &r),
 				 -EINVAL);
-		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), SIZE_MAX, 0, &r),
+		assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 8192), SIZE_MAX, 0,
+					 &r),
 				 -EINVAL);
 		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 0, remote,
 					 &r),
 				 -EINVAL);
-		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), wrap, remote,
-					 &r),
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), wrap,
+					 remote, &r),
 				 -EINVAL);
 		assert_null(r);
 	}
@@ -156,6 +157,40 @@ static void test_bad_range_at_a_cached_address(void **state)
 	assert_int_equal(gdr_dereg(exact), 0);
 	assert_int_equal(gdr_dereg(held), 0);
 	free_evented(a);
+}
+
+/* Without a pd there is no MR, so access means nothing (req_access: 0, as the locked path
+ * records it): registrations of one range with any access share the record the first made, and
+ * every one after the first is a lock-free hit, whether the first asked remote access or none. */
+static void test_no_pd_ignores_access(void **state)
+{
+	static const int acc[] = { 0, 1, 1 | 2 | 4 | 8, 4 | GDR_ACCESS_WIDE_MR,
+				   1 | GDR_REG_CACHED_ONLY };
+	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB), hits;
+	struct gdr_region *first[2], *r;
+
+	(void)state;
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &first[0]), 0);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)b, 4096, 1 | 2 | 4 | 8, &first[1]),
+			 0);
+	hits = stats().fast_hits;
+	for (int k = 0; k < 2; k++) {
+		uint64_t base = k ? b : a;
+
+		for (size_t i = 0; i < sizeof(acc) / sizeof(acc[0]); i++) {
+			r = NULL;
+			assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(base + 8192),
+						 4096, acc[i], &r),
+					 0);
+			assert_ptr_equal(r, first[k]);
+			assert_int_equal(gdr_dereg(r), 0);
+		}
+	}
+	assert_int_equal(stats().fast_hits, hits + 2 * sizeof(acc) / sizeof(acc[0]));
+	assert_int_equal(gdr_dereg(first[0]), 0);
+	assert_int_equal(gdr_dereg(first[1]), 0);
+	free_evented(a);
+	free_evented(b);
 }
 
 static void test_tag_hit_is_lock_free_but_queries(void **state)
@@ -909,6 +944,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_events_hit_makes_no_driver_call, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_no_pd_ignores_access, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_range_at_a_cached_address, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup,
