@@ -56,7 +56,6 @@ struct gdr_entry_chunk {
 };
 _Static_assert(sizeof(struct gdr_entry_chunk) == GDR_ENTRY_CHUNK,
 	       "a chunk is its link and entries");
-#define ENTRIES_PER_CHUNK GDR_ENTRY_CHUNK_N
 
 struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c)
 {
@@ -70,7 +69,7 @@ struct gdr_entry *gdr_entry_alloc(struct gdr_cache *c)
 		k->next = c->entry_chunks;
 		c->entry_chunks = k;
 		c->entry_chunk_n++;
-		for (size_t i = ENTRIES_PER_CHUNK; i-- > 0;) {
+		for (size_t i = GDR_ENTRY_CHUNK_N; i-- > 0;) {
 			k->e[i].defer = c->entry_free;
 			c->entry_free = &k->e[i];
 			ENTRY_POISON(&k->e[i]);
@@ -99,7 +98,7 @@ void gdr_entries_fini(struct gdr_cache *c)
 
 	while ((k = c->entry_chunks)) {
 		c->entry_chunks = k->next;
-		for (size_t i = 0; i < ENTRIES_PER_CHUNK; i++)
+		for (size_t i = 0; i < GDR_ENTRY_CHUNK_N; i++)
 			ENTRY_UNPOISON(&k->e[i]); /* malloc's own memory again */
 		free(k);
 	}
@@ -343,9 +342,9 @@ static const struct gdr_tag *entry_tag_at(const struct gdr_entry *e, uint64_t a)
 int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
-		/* The tags, written here through tv: tag0 up to one, the array from two on (its
-		 * capacity ntags rounded up to a power of two). */
-		struct gdr_tag *tv = e->ntags > 1 ? e->t.tagv : &e->t.tag0;
+		/* The tags, written here through tv (e is ours to change): tag0 up to one, the
+		 * array from two on (its capacity ntags rounded up to a power of two). */
+		struct gdr_tag *tv = (struct gdr_tag *)gdr_entry_tags(e);
 		uint32_t i;
 
 		for (i = 0; i < e->ntags; i++)
