@@ -1111,6 +1111,40 @@ struct floor_rec {
 	uint64_t g, start, size, idx, pad[4];
 };
 
+/* floor_ns's timed loop, iters hits; inline with one_line a constant. */
+static inline __attribute__((always_inline)) void
+floor_loop(const struct bset *set, uint64_t iters, uint64_t *xp, uint64_t mask, uint32_t bits,
+	   const struct floor_rec *rec, const struct floor_rec *slots, const uint64_t *tab,
+	   uint64_t *cnt, bool one_line)
+{
+	uint64_t x = *xp;
+
+	for (uint64_t i = 0; i < iters; i++) {
+		uint64_t u = xs64(&x), k = u & mask, w = 0;
+		uint64_t addr = rand_addr(set, k, u);
+		uint64_t g = addr >> 21, j = g * 0x9e3779b97f4a7c15ULL >> (64 - bits);
+		const struct floor_rec *q;
+
+		for (;; j = (j + 1) & ((1ULL << bits) - 1)) {
+			if (one_line) {
+				q = &slots[j];
+				if (__atomic_load_n(&q->g, __ATOMIC_ACQUIRE) == g &&
+				    addr - q->start < q->size)
+					break;
+			} else {
+				w = __atomic_load_n(&tab[j], __ATOMIC_ACQUIRE);
+				q = &rec[(w & 0xfffff) - 1];
+				if (w >> 20 == g && addr - q->start < q->size)
+					break;
+			}
+		}
+		k = one_line ? q->idx : (w & 0xfffff) - 1;
+		__atomic_store_n(&cnt[k], cnt[k] + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&cnt[k], cnt[k] - 1, __ATOMIC_RELEASE);
+	}
+	*xp = x;
+}
+
 static double floor_ns(const struct bset *set, int reps, bool one_line, double *best)
 {
 	uint32_t n = set->n, bits = 4;
@@ -1159,29 +1193,10 @@ static double floor_ns(const struct bset *set, int reps, bool one_line, double *
 		uint64_t iters = 1 << 22;
 		double t0 = now();
 
-		for (uint64_t i = 0; i < iters; i++) {
-			uint64_t u = xs64(&x), k = u & mask, w = 0;
-			uint64_t addr = rand_addr(set, k, u);
-			uint64_t g = addr >> 21, j = g * 0x9e3779b97f4a7c15ULL >> (64 - bits);
-			const struct floor_rec *q;
-
-			for (;; j = (j + 1) & ((1ULL << bits) - 1)) {
-				if (one_line) {
-					q = &slots[j];
-					if (__atomic_load_n(&q->g, __ATOMIC_ACQUIRE) == g &&
-					    addr - q->start < q->size)
-						break;
-				} else {
-					w = __atomic_load_n(&tab[j], __ATOMIC_ACQUIRE);
-					q = &rec[(w & 0xfffff) - 1];
-					if (w >> 20 == g && addr - q->start < q->size)
-						break;
-				}
-			}
-			k = one_line ? q->idx : (w & 0xfffff) - 1;
-			__atomic_store_n(&cnt[k], cnt[k] + 1, __ATOMIC_RELAXED);
-			__atomic_store_n(&cnt[k], cnt[k] - 1, __ATOMIC_RELEASE);
-		}
+		if (one_line) /* a loop each: the layout is not a branch in the timed loop */
+			floor_loop(set, iters, &x, mask, bits, rec, slots, tab, cnt, true);
+		else
+			floor_loop(set, iters, &x, mask, bits, rec, slots, tab, cnt, false);
 		if (r >= 0)
 			v[r] = (now() - t0) / (double)iters * 1e9;
 	}
