@@ -254,7 +254,7 @@ struct gdr_cache_stats {
 	uint64_t unpins;    /* backend pins released */
 	uint64_t pinned_bytes; /* pinned now */
 	uint64_t pinned_bytes_peak;
-	uint64_t entries;         /* cached entries now */
+	uint64_t entries;         /* entries pinned now: those cached and those detached */
 	uint64_t passthrough;     /* host-memory registrations passed to ibv_reg_mr */
 	uint64_t tag_checks;      /* BUFFER_ID queries made to validate hits */
 	uint64_t revoked;         /* entries the kernel module reported freed (no driver query) */
