@@ -180,10 +180,11 @@ int gdr_cache_destroy(struct gdr_cache *cache);
 /*
  * Register [addr, addr+len) and take a reference. pd may be NULL: then the registration carries the
  * pinned range (kmod page list or dma-buf fd) but no MR. access is an ibv_access_flags mask, used only
- * with a pd. With remote access (IBV_ACCESS_REMOTE_WRITE / _READ / _ATOMIC) the MR, and so the rkey a
- * peer gets, covers exactly [addr, addr+len) (one NIC registration per distinct range, cached over
- * the shared pin; an entry keeps at most 32 such ranges, then is replaced); local access, or
- * GDR_ACCESS_WIDE_MR, shares one MR of the whole pinned range. GPU device memory is served from the cache (a hit takes no lock; in mode tag it
+ * with a pd. With remote access (IBV_ACCESS_REMOTE_WRITE / _READ / _ATOMIC, MW_BIND, FLUSH_GLOBAL /
+ * _PERSISTENT) the MR, and so the rkey a peer gets, covers exactly [addr, addr+len) (one NIC
+ * registration per distinct range, cached over the shared pin; an entry keeps at most 32 such
+ * ranges, then is replaced); so does IBV_ACCESS_ZERO_BASED, always (its offsets count from addr);
+ * other local access, or GDR_ACCESS_WIDE_MR, shares one MR of the whole pinned range. GPU device memory is served from the cache (a hit takes no lock; in mode tag it
  * costs one BUFFER_ID query); host memory and
  * memory CUDA does not know go straight to ibv_reg_mr (needs a pd).
  * Returns 0 and *region, or

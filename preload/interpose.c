@@ -123,12 +123,12 @@ int gdrp_log_level = GDR_LOG_WARN;
 struct counters {
 	uint64_t cached;   /* registrations served through the cache (shadow MRs handed out) */
 	uint64_t host;     /* passed through: not device memory */
-	uint64_t iova;     /* passed through: iova != addr */
+	uint64_t iova;     /* passed through: iova != addr, or IBV_ACCESS_ZERO_BASED */
 	uint64_t odp;      /* passed through: IBV_ACCESS_ON_DEMAND */
 	uint64_t fallback; /* passed through: the cache refused or failed */
 	uint64_t dmabuf;   /* ibv_reg_dmabuf_mr, passed through */
 	uint64_t other;    /* passed through: ibv_reg_mr_ex of an fd, a DMA handle or a provider
-			      buffer, ibv_reg_buf_mr */
+			      buffer, ibv_reg_buf_mr; access bits libgdrcache reads as its own */
 	uint64_t released; /* shadow MRs released */
 	uint64_t rereg;    /* shadow MRs re-registered */
 	uint64_t rereg_refused; /* ibv_rereg_mr of a shadow refused as the provider refused it */
@@ -139,26 +139,71 @@ struct counters {
 };
 struct thread_counters {
 	struct counters c;
-	struct thread_counters *next;
+	struct thread_counters *next;      /* all_counters: every set ever made, summed */
+	struct thread_counters *free_next; /* free_counters, while no thread owns it */
 } __attribute__((aligned(64)));
 
-static struct thread_counters *all_counters; /* pushed once a thread, never freed */
+static struct thread_counters *all_counters; /* pushed once a set, never freed */
 static struct counters shared_counters;      /* a thread whose set could not be allocated */
 static __thread struct thread_counters *my_counters __attribute__((tls_model("initial-exec")));
+/* Sets of threads that exited: still in all_counters (their counts stay summed), adopted by the
+ * next new thread, which counts on from them; so the sets are bounded by the threads alive at
+ * once, not by the threads ever made. */
+static pthread_mutex_t counters_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct thread_counters *free_counters; /* under counters_lock */
+static pthread_key_t counters_key;
+static bool counters_key_ok;
+static pthread_once_t counters_key_once = PTHREAD_ONCE_INIT;
+/* The thread's set went back at its exit: later counts (another destructor's) are shared. */
+static __thread bool counters_gone __attribute__((tls_model("initial-exec")));
+
+static void counters_exit(void *arg)
+{
+	struct thread_counters *t = arg;
+
+	my_counters = NULL;
+	counters_gone = true;
+	pthread_mutex_lock(&counters_lock);
+	t->free_next = free_counters;
+	free_counters = t;
+	pthread_mutex_unlock(&counters_lock);
+}
+
+static void counters_key_make(void)
+{
+	counters_key_ok = !pthread_key_create(&counters_key, counters_exit);
+}
 
 /* A thread's first count (on the hit path too, which touches no errno: kept here). */
 static __attribute__((noinline)) struct counters *counters_slow(void)
 {
 	int saved = errno;
-	struct thread_counters *t = calloc(1, sizeof(*t));
+	struct thread_counters *t = NULL;
 
-	errno = saved;
-	if (!t)
+	if (counters_gone)
 		return NULL;
-	t->next = __atomic_load_n(&all_counters, __ATOMIC_RELAXED);
-	while (!__atomic_compare_exchange_n(&all_counters, &t->next, t, true, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED))
-		;
+	pthread_once(&counters_key_once, counters_key_make);
+	/* trylock: never wait here (a child of fork() may find it taken by a thread it lacks) */
+	if (counters_key_ok && !pthread_mutex_trylock(&counters_lock)) {
+		t = free_counters;
+		if (t)
+			free_counters = t->free_next;
+		pthread_mutex_unlock(&counters_lock);
+	}
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t) {
+			errno = saved;
+			return NULL;
+		}
+		t->next = __atomic_load_n(&all_counters, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&all_counters, &t->next, t, true,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			;
+	}
+	if (counters_key_ok)
+		pthread_setspecific(counters_key, t); /* else it is never given back: as before */
+	errno = saved;
 	my_counters = t;
 	return &t->c;
 }
@@ -330,11 +375,19 @@ static void cache_create(void)
  * points: each call and frame there is a fair part of a hit's cost. */
 #define HIT_PATH static inline __attribute__((always_inline))
 
+/* Access bits the cache can not serve: ODP; ZERO_BASED, whose keys address the MR by offset from
+ * the start of the caller's range (a shared MR of the whole pin starts elsewhere: iova != addr in
+ * another form); and bits libgdrcache reads as its own (GDR_ACCESS_WIDE_MR, GDR_REG_CACHED_ONLY),
+ * which are the program's here (bit 29 lies in IBV_ACCESS_OPTIONAL_RANGE): passed through, they
+ * mean to libibverbs what they meant without the preload. */
+#define GDRP_ACCESS_UNCACHED                                                                       \
+	(IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED | GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY)
+
 /* Whether the cache may serve this registration at all: cacheable's test, counting nothing. */
 HIT_PATH bool may_cache(struct ibv_pd *pd, size_t len, bool iova_ok, unsigned access)
 {
 	return !in_lib && !disabled && !__atomic_load_n(&forked, __ATOMIC_RELAXED) && pd && len &&
-	       iova_ok && !(access & IBV_ACCESS_ON_DEMAND);
+	       iova_ok && !(access & GDRP_ACCESS_UNCACHED);
 }
 
 /* The same, counting why an address registration is not. */
@@ -344,10 +397,12 @@ static bool cacheable(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, 
 		return true;
 	if (in_lib || disabled || __atomic_load_n(&forked, __ATOMIC_RELAXED) || !pd || !len)
 		return false;
-	if (iova != (uintptr_t)addr)
+	if (iova != (uintptr_t)addr || (access & IBV_ACCESS_ZERO_BASED))
 		COUNT(iova);
-	else
+	else if (access & IBV_ACCESS_ON_DEMAND)
 		COUNT(odp);
+	else
+		COUNT(other);
 	return false;
 }
 

@@ -154,7 +154,8 @@ hix_levels(const struct gdr_hix *h, struct gdr_region *base, const struct ibv_pd
 /* A request's access as records keep it: without the library's own flags, and 0 without a pd (no
  * MR: access means nothing, and gdr_entry_take records 0); and whether it needs an exact MR:
  * remote access gets keys bounded by what was asked (a remote peer must not reach the rest of the
- * pin), unless the caller asked for the wide MR. */
+ * pin), unless the caller asked for the wide MR; a zero-based MR is one of exactly its range
+ * always (its offsets count from the range's start, where the wide MR's count from the pin's). */
 static inline int req_access(const struct ibv_pd *pd, int access)
 {
 	return pd ? access & ~(GDR_ACCESS_WIDE_MR | GDR_REG_CACHED_ONLY) : 0;
@@ -162,7 +163,8 @@ static inline int req_access(const struct ibv_pd *pd, int access)
 
 static inline bool req_exact(const struct ibv_pd *pd, int access)
 {
-	return pd && (access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR);
+	return pd && (((access & GDR_IBV_ACCESS_REMOTE) && !(access & GDR_ACCESS_WIDE_MR)) ||
+		      (access & GDR_IBV_ACCESS_ZERO_BASED));
 }
 
 /* What the hit path found wrong with a held entry: the locked path retires it. */

@@ -12,8 +12,14 @@
 #define GDR_ALIGN_DOWN(x) ((x) & ~(GDR_GPU_PAGE - 1))
 #define GDR_ALIGN_UP(x) (((x) + GDR_GPU_PAGE - 1) & ~(GDR_GPU_PAGE - 1))
 /* ibv_access_flags that let a remote peer reach the memory: REMOTE_WRITE, _READ, _ATOMIC, MW_BIND
- * (a window can be bound anywhere in its MR). Such registrations get an MR of exactly their range. */
-#define GDR_IBV_ACCESS_REMOTE (0x2 | 0x4 | 0x8 | 0x10)
+ * (a window can be bound anywhere in its MR), FLUSH_GLOBAL and FLUSH_PERSISTENT (1 << 8 and 9,
+ * rdma-core 45 and later: a peer's flush of the MR). Such registrations get an MR of exactly their
+ * range, unless the caller asks for the wide one (GDR_ACCESS_WIDE_MR). */
+#define GDR_IBV_ACCESS_REMOTE (0x2 | 0x4 | 0x8 | 0x10 | 0x100 | 0x200)
+/* IBV_ACCESS_ZERO_BASED: the MR is addressed by offsets from the start of its own range, which a
+ * shared MR of the whole pin does not begin at: such registrations always get an MR of exactly
+ * their range, GDR_ACCESS_WIDE_MR or not. */
+#define GDR_IBV_ACCESS_ZERO_BASED 0x20
 /* Exact (remote-access) records an entry keeps before it is replaced. */
 #define GDR_EXACT_PER_ENTRY 32
 /* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */

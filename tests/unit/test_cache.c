@@ -658,11 +658,55 @@ static void test_remote_access_mr_is_exact(void **state)
 	fake_cuda_free(a);
 }
 
+/* A zero-based MR is addressed by offsets from the start of its own range: two of different ranges
+ * of one allocation are two MRs, each beginning where it was asked, with local access as with
+ * remote, GDR_ACCESS_WIDE_MR or not (the pin-wide MR's offset 0 is the allocation's start: a
+ * NIC given its key would read and write the wrong bytes). And the remote flush bits of newer
+ * rdma-core (FLUSH_GLOBAL 1 << 8, FLUSH_PERSISTENT 1 << 9) are remote access: an exact MR. */
+#define ZERO_BASED 0x20 /* IBV_ACCESS_ZERO_BASED */
+static void test_zero_based_and_flush_mr_are_exact(void **state)
+{
+	static const int acc[] = { IBV_ACCESS_LOCAL_WRITE | ZERO_BASED, REMOTE | ZERO_BASED,
+				   IBV_ACCESS_LOCAL_WRITE | ZERO_BASED | GDR_ACCESS_WIDE_MR,
+				   IBV_ACCESS_LOCAL_WRITE | 0x100, IBV_ACCESS_LOCAL_WRITE | 0x200 };
+	uint64_t a = fake_cuda_alloc(1 * MiB), base, len;
+
+	(void)state;
+	for (unsigned i = 0; i < sizeof(acc) / sizeof(acc[0]); i++) {
+		struct gdr_region *r, *r2, *again;
+		uint32_t k, k2, kagain;
+
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, acc[i],
+					 &r), 0);
+		mr_bounds(r, &base, &len);
+		assert_int_equal(base, a + 8192);
+		assert_int_equal(len, 4096);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 65536), 8192, acc[i],
+					 &r2), 0);
+		mr_bounds(r2, &base, &len);
+		assert_int_equal(base, a + 65536);
+		assert_int_equal(len, 8192);
+		assert_int_equal(gdr_region_keys(r, &k, NULL), 0);
+		assert_int_equal(gdr_region_keys(r2, &k2, NULL), 0);
+		assert_int_not_equal(k, k2);
+		/* the same range and access again: a hit on its own MR */
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, acc[i],
+					 &again), 0);
+		assert_int_equal(gdr_region_keys(again, &kagain, NULL), 0);
+		assert_int_equal(kagain, k);
+		assert_int_equal(gdr_dereg(again), 0);
+		assert_int_equal(gdr_dereg(r2), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+	}
+	fake_cuda_free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hit_after_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote_access_mr_is_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_zero_based_and_flush_mr_are_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_va_reuse_is_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_freed_buffer_not_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_stale_entry_detached, setup, teardown),
