@@ -47,14 +47,17 @@ struct gdr_region {
 	struct ibv_mr *mr;    /* an exact record's own; a shared one's is the MR of its entry for
 				 (pd, access), owned by all its records for that pair (entry.c) */
 	uint64_t buffer_id;   /* of that allocation */
-	uint8_t exact;        /* owns an MR of exactly [start, start+size) (remote access) */
+	uint8_t exact;        /* owns an MR of exactly [start, start+size) (remote access); 2:
+				 the range goes past the allocation of buffer_id (mode tag: never
+				 a lock-free hit) */
 	uint8_t kind;
 	uint8_t estate; /* its entry's state, mirrored here (entry.c: gdr_entry_set_state) so
 			   that a hit and a release read no line of the entry */
 	uint8_t used;   /* cached: taken lock-free since the evictor last looked at its entry;
 			   host memory: 1 while held */
 	uint32_t link;  /* slot of the next record: in its entry's list (under the lock only), or,
-			   once retired, in the list it waits in for reuse (0: none) */
+			   once retired, in the list it waits in for reuse (0: none); and
+			   GDR_REC_RELEASED. Written under the lock, atomically */
 };
 _Static_assert(sizeof(struct gdr_region) == 64, "a record is one cache line");
 
@@ -81,15 +84,47 @@ static inline struct gdr_cache *gdr_rec_cache(const struct gdr_region *r)
 	return ((const struct gdr_rec_head *)gdr_rec_arena(r))->cache;
 }
 
-/* The record that r's link names, or NULL; and r's link set to q (NULL: none). */
+/* A flag of a record's link word: some of its holds were given back under the lock by threads
+ * that held none (gdr_thr_released's count of its slot is not 0). A thread's own count of the
+ * record may then exceed what the record still holds (a second release of what another thread
+ * released), which only the sum tells: a lock-free release leaves it to the locked path. */
+#define GDR_REC_RELEASED (1u << 31)
+_Static_assert(GDR_SLOT_MAX < GDR_REC_RELEASED, "a slot number leaves the link's flag free");
+
+/* The record that r's link names, or NULL; and r's link set to q (NULL: none), its flag kept. */
 static inline struct gdr_region *gdr_region_next(const struct gdr_region *r)
 {
-	return r->link ? (struct gdr_region *)gdr_rec_arena(r) + r->link : NULL;
+	uint32_t l = __atomic_load_n(&r->link, __ATOMIC_RELAXED) & ~GDR_REC_RELEASED;
+
+	return l ? (struct gdr_region *)gdr_rec_arena(r) + l : NULL;
 }
 
 static inline void gdr_region_set_next(struct gdr_region *r, const struct gdr_region *q)
 {
-	r->link = q ? gdr_rec_slot(q) : 0;
+	uint32_t f = __atomic_load_n(&r->link, __ATOMIC_RELAXED) & GDR_REC_RELEASED;
+
+	__atomic_store_n(&r->link, f | (q ? gdr_rec_slot(q) : 0), __ATOMIC_RELAXED);
+}
+
+/* GDR_REC_RELEASED of r: whether it is set; set or cleared (under the lock). */
+static inline bool gdr_region_released(const struct gdr_region *r)
+{
+	return __atomic_load_n(&r->link, __ATOMIC_RELAXED) & GDR_REC_RELEASED;
+}
+
+static inline void gdr_region_set_released(struct gdr_region *r, bool on)
+{
+	uint32_t l = __atomic_load_n(&r->link, __ATOMIC_RELAXED) & ~GDR_REC_RELEASED;
+
+	__atomic_store_n(&r->link, l | (on ? GDR_REC_RELEASED : 0), __ATOMIC_RELAXED);
+}
+
+/* Whether r may name a record at all: records are one cache line each, aligned to it. A pointer
+ * into a record (whose fields the caller chose in part: an exact record's start and size) is none,
+ * and reading its fields would be a misaligned access. Checked before anything else is read. */
+static inline bool gdr_region_aligned(const struct gdr_region *r)
+{
+	return ((uintptr_t)r & (sizeof(*r) - 1)) == 0;
 }
 
 /* Whether r is handed out: a gdr_dereg of it is accepted (LIVE, or DYING). */

@@ -426,8 +426,10 @@ GDR_EXPORT int gdr_cache_get_settings(const struct gdr_cache *c, struct gdr_cach
 
 GDR_EXPORT int gdr_cache_backend(const struct gdr_cache *c, enum gdr_backend *backend)
 {
-	if (!c || !backend)
+	if (!c || !backend) {
+		gdr_err("NULL %s", c ? "backend pointer" : "cache");
 		return -EINVAL;
+	}
 	*backend = c->backend->ops->id;
 	return 0;
 }

@@ -409,9 +409,15 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 	if (!pd)
 		access = 0, exact = false;
 	gdr_record_range(e, tag, &rstart, &rsize);
+	/* An exact request takes the record of exactly its range; any other, the record of the
+	 * allocation at a (the one it would make), even where the request goes on past that
+	 * allocation into the next (several tags): such a request is served under the lock
+	 * every time, and must not make a new record every time. */
 	for (r = e->regions; r; r = gdr_region_next(r))
-		if (r->buffer_id == id && gdr_record_serves(r, pd, access, a, len, exact) &&
-		    (r->exact || (r->start == rstart && r->size == rsize)))
+		if (r->buffer_id == id &&
+		    (exact ? gdr_record_serves(r, pd, access, a, len, true)
+			   : !r->exact && r->pd == pd && r->access == access &&
+				     r->start == rstart && r->size == rsize))
 			break;
 	__atomic_store_n(&e->used, 1, __ATOMIC_RELAXED);
 	DL_DELETE(c->lru, e);
@@ -446,7 +452,9 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 			goto out;
 		}
 		if (exact) {
-			r->exact = 1;
+			/* 2: the range goes on past the allocation at a, whose tag alone the
+			 * record keeps: a lock-free hit in mode tag could not prove the rest. */
+			r->exact = tag && a + len > tag->start + tag->size ? 2 : 1;
 			r->start = a;
 			r->size = len;
 			r->mr = own;
@@ -489,8 +497,10 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 	GDR_KEEP_ERRNO(); /* unpins */
 	int n = 0;
 
-	if (!c)
+	if (!c) {
+		gdr_err("NULL cache");
 		return -EINVAL;
+	}
 	gdr_cache_lock(c);
 	gdr_cache_drain_events(c);
 	n = gdr_drop_unheld(c);

@@ -21,7 +21,7 @@ void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
 	/* Zeroed: +1 on one thread and -1 on another leave non-zero counters. */
 	if (r->entry)
 		gdr_thr_zero(c, gdr_rec_slot(r));
-	r->link = 0;
+	__atomic_store_n(&r->link, 0, __ATOMIC_RELAXED); /* GDR_REC_RELEASED too: counts zeroed */
 	if (c->reuse_tail)
 		gdr_region_set_next(c->reuse_tail, r);
 	else
@@ -255,8 +255,8 @@ void gdr_region_unlink(struct gdr_cache *c, struct gdr_entry *e, struct gdr_regi
 		return;
 	}
 	for (p = e->regions; p; p = gdr_region_next(p)) {
-		if (p->link == gdr_rec_slot(r)) {
-			p->link = r->link;
+		if (gdr_region_next(p) == r) {
+			gdr_region_set_next(p, gdr_region_next(r));
 			return;
 		}
 	}

@@ -294,6 +294,10 @@ static int reg_fast(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 			       a, len, exact, 0, &slot, &t->walks);
 		e = r ? r->entry : NULL;
 	}
+	/* An exact record over several allocations keeps the tag of the first alone: mode tag
+	 * proves it under the lock, with every tag of its entry that it overlaps. */
+	if (r && r->exact > 1 && !c->validator->events)
+		r = NULL;
 	ctr = hold_take(t, r, slot, gen);
 	gdr_thr_leave(t);
 	if (!ctr)
@@ -527,13 +531,18 @@ static __attribute__((noinline)) int host_put(struct gdr_cache *c, struct gdr_re
 	return 0;
 }
 
-/* A release by a thread that holds none of r itself (another thread registered it): under the
- * lock, where r cannot be retired, and only while the holds summed over threads are above zero.
- * Needs no memory: the hold is given back in the cache's count for r's slot (thread.h). */
-static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gdr_region *r)
+/* A release the lock-free path leaves: by a thread that holds none of r itself (another thread
+ * registered it), or of a record some of whose holds other threads gave back (GDR_REC_RELEASED).
+ * Under the lock, where r cannot be retired, and only while the holds summed over threads are
+ * above zero: a second release of a registration another thread released is refused here. A
+ * thread that holds r gives back its own hold and takes in what other threads gave back, up to
+ * what it holds besides (the sum unchanged), so that its next release is lock-free again; one
+ * that holds none gives the hold back in the cache's count for r's slot (thread.h). */
+static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gdr_thr *t,
+						  struct gdr_region *r)
 {
 	GDR_KEEP_ERRNO(); /* eviction unpins */
-	int64_t *rel;
+	int64_t *rel, *own, v;
 
 	gdr_cache_lock(c);
 	rel = gdr_thr_released(c, gdr_rec_slot(r)); /* there for every slot ever held */
@@ -543,7 +552,17 @@ static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gd
 		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
 		return -EINVAL;
 	}
-	++*rel;
+	own = t ? gdr_thr_counter(t, gdr_rec_slot(r)) : NULL;
+	v = own ? __atomic_load_n(own, __ATOMIC_RELAXED) : 0;
+	if (v > 0) {
+		int64_t k = v - 1 < *rel ? v - 1 : *rel;
+
+		__atomic_store_n(own, v - 1 - k, __ATOMIC_RELEASE);
+		*rel -= k;
+	} else {
+		++*rel;
+	}
+	gdr_region_set_released(r, *rel != 0);
 	if (__atomic_load_n(&r->estate, __ATOMIC_RELAXED) != GDR_LIVE ||
 	    __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
 		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
@@ -568,8 +587,8 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	uint32_t state = GDR_LIVE;
 	bool fast = false;
 
-	if (!r) {
-		gdr_err("NULL region");
+	if (__builtin_expect(!r || !gdr_region_aligned(r), 0)) {
+		gdr_err("%s region %p", r ? "misaligned (never handed out)" : "NULL", (void *)r);
 		return -EINVAL;
 	}
 	/* Records are never freed while their cache lives: reading a released one is safe. */
@@ -588,7 +607,9 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 			int64_t *ctr = gdr_thr_counter(t, gdr_rec_slot(r));
 			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
 
-			if (__builtin_expect(v > 0, 1)) {
+			/* Not where other threads gave back some of its holds: this thread's
+			 * count may then exceed what r still holds (dereg_locked decides). */
+			if (__builtin_expect(v > 0 && !gdr_region_released(r), 1)) {
 				__atomic_store_n(ctr, v - 1, __ATOMIC_RELEASE);
 				/* The entry's state as mirrored in r (gdr_entry_set_state
 				 * writes it before its grace period): no line of the entry. */
@@ -601,7 +622,7 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	if (!fast) {
 		if (!gdr_region_handed(r))
 			goto released;
-		return dereg_locked(c, r);
+		return dereg_locked(c, t, r);
 	}
 	/* Detached (held when it left the index): reap it if this was its last hold. Dying: its
 	 * retirer sums the holds after a grace period that waits for this release. */

@@ -14,12 +14,19 @@ static __attribute__((noinline, cold)) bool not_held(const struct gdr_region *r)
 	return false;
 }
 
+/* A NULL out-pointer given with a held registration. */
+static __attribute__((noinline, cold)) int bad_out(const struct gdr_region *r, const char *fn)
+{
+	gdr_err("%s: NULL out-pointer for region %p", fn, (const void *)r);
+	return -EINVAL;
+}
+
 /* Inline: middleware asks a registration's keys or MR after every gdr_reg, hit or not. */
 static inline __attribute__((always_inline)) bool held(const struct gdr_region *r)
 {
 	/* A cached record's holds are spread over per-thread counters (thread.c): only its life is
 	 * checked here. Records stay readable while their cache lives (record.c). */
-	if (__builtin_expect(!r || !gdr_region_handed(r) ||
+	if (__builtin_expect(!r || !gdr_region_aligned(r) || !gdr_region_handed(r) ||
 				     (!r->entry && !__atomic_load_n(&r->used, __ATOMIC_RELAXED)),
 			     0))
 		return not_held(r);
@@ -28,8 +35,10 @@ static inline __attribute__((always_inline)) bool held(const struct gdr_region *
 
 GDR_EXPORT int gdr_region_mr(const struct gdr_region *r, struct ibv_mr **mr)
 {
-	if (!held(r) || !mr)
+	if (!held(r))
 		return -EINVAL;
+	if (!mr)
+		return bad_out(r, __func__);
 	*mr = r->mr;
 	return 0;
 }
@@ -46,8 +55,10 @@ GDR_EXPORT int gdr_region_keys(const struct gdr_region *r, uint32_t *lkey, uint3
 
 GDR_EXPORT int gdr_region_range(const struct gdr_region *r, uint64_t *base, uint64_t *len)
 {
-	if (!held(r) || !base || !len)
+	if (!held(r))
 		return -EINVAL;
+	if (!base || !len)
+		return bad_out(r, __func__);
 	if (r->entry) {
 		*base = r->entry->pin.base;
 		*len = r->entry->pin.len;
@@ -59,16 +70,20 @@ GDR_EXPORT int gdr_region_range(const struct gdr_region *r, uint64_t *base, uint
 
 GDR_EXPORT int gdr_region_buffer_id(const struct gdr_region *r, uint64_t *buffer_id)
 {
-	if (!held(r) || !buffer_id)
+	if (!held(r))
 		return -EINVAL;
+	if (!buffer_id)
+		return bad_out(r, __func__);
 	*buffer_id = r->buffer_id;
 	return 0;
 }
 
 GDR_EXPORT int gdr_region_mem_kind(const struct gdr_region *r, enum gdr_mem_kind *kind)
 {
-	if (!held(r) || !kind)
+	if (!held(r))
 		return -EINVAL;
+	if (!kind)
+		return bad_out(r, __func__);
 	*kind = (enum gdr_mem_kind)r->kind;
 	return 0;
 }
@@ -94,8 +109,10 @@ GDR_EXPORT int gdr_region_pages(const struct gdr_region *r, uint64_t *pages, uin
 	GDR_KEEP_ERRNO(); /* the kmod backend's ioctl */
 	struct gdr_be *b;
 
-	if (!held(r) || (!pages && max))
+	if (!held(r))
 		return -EINVAL;
+	if (!pages && max)
+		return bad_out(r, __func__);
 	if (!r->entry)
 		return -ENOENT;
 	b = r->entry->pin.be;
@@ -104,8 +121,10 @@ GDR_EXPORT int gdr_region_pages(const struct gdr_region *r, uint64_t *pages, uin
 
 GDR_EXPORT int gdr_region_dmabuf(const struct gdr_region *r, int *fd, uint64_t *offset)
 {
-	if (!held(r) || !fd || !offset)
+	if (!held(r))
 		return -EINVAL;
+	if (!fd || !offset)
+		return bad_out(r, __func__);
 	if (!r->entry || !r->entry->pin.has_dmabuf)
 		return -ENOENT;
 	*fd = r->entry->pin.dmabuf_fd;

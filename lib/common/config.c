@@ -61,8 +61,10 @@ int gdr_parse_size(const char *s, uint64_t *out)
 	default:
 		break;
 	}
-	if (*end == 'i' || *end == 'B' || *end == 'b')
-		end += (*end == 'i' && (end[1] == 'B' || end[1] == 'b')) ? 2 : 1;
+	if (shift && *end == 'i') /* KiB, Mi: binary units are what K and M mean anyway */
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
 	if (*end || (shift && v > (UINT64_MAX >> shift)))
 		return -EINVAL;
 	*out = (uint64_t)v << shift;

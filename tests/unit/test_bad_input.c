@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/* Bad input from an unprivileged caller: refused with -errno, never a crash, a leak, a stale
+ * registration or a pin lost track of. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "fake_cuda.h"
+#include "fakes.h"
+#include "common/config.h"
+#include "common/log.h"
+
+#define MiB (1024ULL * 1024)
+
+static void *dereg_thread(void *arg)
+{
+	return (void *)(intptr_t)gdr_dereg(arg);
+}
+
+static int dereg_on_other_thread(struct gdr_region *r)
+{
+	pthread_t th;
+	void *rc;
+
+	assert_int_equal(pthread_create(&th, NULL, dereg_thread, r), 0);
+	assert_int_equal(pthread_join(th, &rc), 0);
+	return (int)(intptr_t)rc;
+}
+
+/* A registration released on another thread (legitimate), then released again by the thread that
+ * took it: the header says a release that would make releases exceed registrations, summed over
+ * threads, is refused. If it is accepted, the record's holds go to -1, and the next registration
+ * of the buffer is counted as no hold: a flush unpins it under its holder, and destroy succeeds. */
+static void test_cross_thread_double_dereg(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r, *r2;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+
+	(void)state;
+	fake_backend_reset();
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+	assert_int_equal(dereg_on_other_thread(r), 0); /* the one legitimate release */
+	assert_int_equal(gdr_dereg(r), -EINVAL);        /* a second release: must be refused */
+	/* Whatever the answer above, a new registration must be held. */
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r2), 0);
+	assert_int_equal(gdr_cache_flush(c), 0);        /* held: nothing to drop */
+	assert_true(fake_backend_pin_current(r2, a, 64));
+	assert_int_equal(gdr_cache_destroy(c), -EBUSY);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_be.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+/* The consequence of the release above being accepted: a holder's registration counted as none. */
+static void test_cross_thread_double_dereg_keeps_holds(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r, *r2;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+
+	(void)state;
+	fake_backend_reset();
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+	assert_int_equal(dereg_on_other_thread(r), 0);
+	(void)gdr_dereg(r); /* bad input: the answer is test_cross_thread_double_dereg's concern */
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r2), 0);
+	assert_int_equal(gdr_cache_flush(c), 0);  /* r2 is held: nothing may be unpinned */
+	assert_int_equal(fake_be.unpins, 0);
+	assert_true(fake_backend_pin_current(r2, a, 64));
+	assert_int_equal(gdr_cache_destroy(c), -EBUSY);
+	assert_int_equal(gdr_dereg(r2), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_be.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+/* stderr to a file while the library logs; captured_lines: the library's lines since. */
+static FILE *cap;
+static int saved_stderr = -1;
+
+static void capture(void)
+{
+	fflush(stderr);
+	cap = tmpfile();
+	assert_non_null(cap);
+	saved_stderr = dup(2);
+	dup2(fileno(cap), 2);
+}
+
+static int captured_lines(void)
+{
+	char line[1024];
+	int n = 0;
+
+	fflush(stderr);
+	dup2(saved_stderr, 2);
+	close(saved_stderr);
+	rewind(cap);
+	while (fgets(line, sizeof(line), cap))
+		n += !strncmp(line, "gdrcache[", 9);
+	fclose(cap);
+	return n;
+}
+
+/* Every refusal of bad input says why in the log (gdrcache.h: "Bad input is refused with the error
+ * named in its comment and a log line"). One call each: far below the per-site burst. */
+static void test_refusals_are_logged(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	enum gdr_backend be;
+	struct {
+		const char *what;
+		int rc, lines;
+	} got[8];
+	int n = 0;
+
+	(void)state;
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+#define TRY(call)                                                                                  \
+	do {                                                                                       \
+		capture();                                                                         \
+		got[n].rc = (call);                                                                \
+		got[n].lines = captured_lines();                                                   \
+		got[n++].what = #call;                                                             \
+	} while (0)
+	TRY(gdr_cache_backend(NULL, &be));
+	TRY(gdr_cache_backend(c, NULL));
+	TRY(gdr_cache_flush(NULL));
+	TRY(gdr_region_mr(r, NULL));
+	TRY(gdr_region_range(r, NULL, NULL));
+	TRY(gdr_region_buffer_id(r, NULL));
+	TRY(gdr_region_mem_kind(r, NULL));
+	TRY(gdr_region_pages(r, NULL, 4));
+#undef TRY
+	for (int i = 0; i < n; i++)
+		print_message("%-40s rc %d, log lines %d\n", got[i].what, got[i].rc, got[i].lines);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	fake_cuda_free(a);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(got[i].rc, -EINVAL);
+		assert_int_equal(got[i].lines, 1);
+	}
+}
+
+/* A flood of bad calls prints a few lines, not one per call. */
+static void test_bad_input_flood_is_rate_limited(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r;
+	struct ibv_mr *mr;
+	struct gdr_cache_attr bad = { .field_mask = 1ULL << 40 };
+	struct gdr_cache *none;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	int lines;
+
+	(void)state;
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	capture();
+	for (int i = 0; i < 100000; i++) {
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 0, 0, &r), -EINVAL);
+		assert_int_equal(gdr_dereg(NULL), -EINVAL);
+		assert_int_equal(gdr_region_mr(NULL, &mr), -EINVAL);
+		if (i % 16 == 0)
+			assert_int_equal(gdr_cache_create(&bad, &none), -EINVAL);
+	}
+	lines = captured_lines();
+	print_message("400k-ish bad calls: %d log lines\n", lines);
+	assert_true(lines <= 4 * (GDR_LOG_BURST + 20));
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	fake_cuda_free(a);
+}
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Caches made and destroyed in a loop, with and without registrations, leave no fd or thread. */
+static void test_create_destroy_loop_leaks_nothing(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	int fds, tasks;
+
+	(void)state;
+	fake_backend_reset();
+	{ /* warm up: what is made once per process (libcuda, the interception) */
+		struct gdr_cache *c;
+
+		assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+		assert_int_equal(gdr_cache_destroy(c), 0);
+	}
+	fds = count_dir("/proc/self/fd");
+	tasks = count_dir("/proc/self/task");
+	for (int i = 0; i < 300; i++) {
+		struct gdr_cache *c, *c2;
+		struct gdr_region *r;
+		struct gdr_cache_attr at = { .field_mask = GDR_CACHE_ATTR_MAX_BYTES |
+							   GDR_CACHE_ATTR_MAX_ENTRIES |
+							   GDR_CACHE_ATTR_MAX_PIN_BYTES,
+					     .max_bytes = UINT64_MAX,
+					     .max_entries = UINT64_MAX,
+					     .max_pin_bytes = UINT64_MAX };
+
+		assert_int_equal(fake_cache_create(i & 1 ? &at : NULL, &fake_backend_ops, &c), 0);
+		assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c2), 0);
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+		assert_int_equal(gdr_reg(c2, NULL, (void *)(uintptr_t)a + 4096, 64, 0, &r), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+		assert_int_equal(gdr_cache_destroy(c2), 0);
+		assert_int_equal(gdr_cache_destroy(c), -EBUSY);
+		assert_int_equal(gdr_cache_flush(c), 0);
+		/* r was c2's: c's registration is released by the record c handed out again */
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+		assert_int_equal(gdr_cache_destroy(c), 0);
+	}
+	assert_int_equal(count_dir("/proc/self/fd"), fds);
+	assert_int_equal(count_dir("/proc/self/task"), tasks);
+	assert_int_equal(fake_be.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+/* gdr_dereg of a pointer into the middle of a held record: refused, and the hold stays. A record
+ * is 64-byte aligned; a pointer that is not names no record. Here the forged pointer lands on an
+ * exact record's start, the address the caller registered, chosen so that its low 32 bits read as
+ * the record's "live" magic (0x6c697665); the bytes after it (the range's size) read as an entry. */
+static void test_dereg_inside_record_refused(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r, *forged;
+	uint64_t a = fake_cuda_alloc(6ULL << 30), x;
+
+	(void)state;
+	assert_true(a != 0);
+	x = ((a + (1ULL << 32)) & ~0xffffffffULL) | 0x6c697665u; /* inside [a, a + 6 GiB) */
+	assert_true(x >= a && x + 4096 <= a + (6ULL << 30));
+	fake_backend_reset();
+	fake_verbs_install();
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)x, 4096,
+				 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &r),
+			 0);
+	forged = (struct gdr_region *)((char *)r + 24);
+	assert_int_equal(gdr_dereg(forged), -EINVAL); /* never handed out */
+	assert_int_equal(gdr_cache_flush(c), 0);       /* r is still held */
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_flush(c), 1);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_be.outstanding, 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	fake_cuda_free(a);
+}
+
+/* A misaligned pointer (4 bytes into a record) is refused with no undefined behaviour (the
+ * sanitized build aborts on the misaligned member access). In a child: an abort is a failure. */
+static void test_dereg_misaligned_refused(void **state)
+{
+	struct gdr_cache *c;
+	struct gdr_region *r;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	int st;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		uint64_t b, l;
+		enum gdr_mem_kind k;
+		bool ok = gdr_dereg((struct gdr_region *)((char *)r + 4)) == -EINVAL &&
+			  gdr_region_range((struct gdr_region *)((char *)r + 4), &b, &l) == -EINVAL &&
+			  gdr_region_mem_kind((struct gdr_region *)((char *)r + 12), &k) == -EINVAL;
+
+		_exit(ok ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	fake_cuda_free(a);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+struct loop_arg {
+	struct gdr_cache *c;
+	uint64_t a;
+	int bad;
+};
+
+static void *reg_loop(void *p)
+{
+	struct loop_arg *la = p;
+
+	for (int i = 0; i < 20000; i++) {
+		struct gdr_region *r;
+
+		if (gdr_reg(la->c, NULL, (void *)(uintptr_t)(la->a + (uint64_t)(i % 8) * 4096), 64, 0,
+			    &r) ||
+		    gdr_dereg(r))
+			la->bad++;
+	}
+	return NULL;
+}
+
+/* Caches made and destroyed while another thread registers on another cache. */
+static void test_destroy_while_other_cache_busy(void **state)
+{
+	struct loop_arg la = { .a = fake_cuda_alloc(2 * MiB) };
+	uint64_t b = fake_cuda_alloc(2 * MiB);
+	pthread_t th;
+
+	(void)state;
+	fake_backend_reset();
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &la.c), 0);
+	assert_int_equal(pthread_create(&th, NULL, reg_loop, &la), 0);
+	for (int i = 0; i < 100; i++) {
+		struct gdr_cache *c;
+		struct gdr_region *r;
+
+		assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+		assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)b, 64, 0, &r), 0);
+		assert_int_equal(gdr_dereg(r), 0);
+		assert_int_equal(gdr_cache_destroy(c), 0);
+	}
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(la.bad, 0);
+	assert_int_equal(gdr_cache_destroy(la.c), 0);
+	assert_int_equal(fake_be.outstanding, 0);
+	fake_cuda_free(la.a);
+	fake_cuda_free(b);
+}
+
+/* A size is digits and K, M, G or T (with i and/or B after it): an 'i' with no unit is malformed. */
+static void test_size_bare_i_refused(void **state)
+{
+	uint64_t v = 7;
+
+	(void)state;
+	assert_int_equal(gdr_parse_size("4Ki", &v), 0);
+	assert_int_equal(v, 4096);
+	assert_int_equal(gdr_parse_size("4i", &v), -EINVAL);
+	assert_int_equal(gdr_parse_size("4ib", &v), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cross_thread_double_dereg),
+		cmocka_unit_test(test_cross_thread_double_dereg_keeps_holds),
+		cmocka_unit_test(test_refusals_are_logged),
+		cmocka_unit_test(test_bad_input_flood_is_rate_limited),
+		cmocka_unit_test(test_create_destroy_loop_leaks_nothing),
+		cmocka_unit_test(test_dereg_inside_record_refused),
+		cmocka_unit_test(test_dereg_misaligned_refused),
+		cmocka_unit_test(test_size_bare_i_refused),
+		cmocka_unit_test(test_destroy_while_other_cache_busy),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
