@@ -68,18 +68,25 @@ static struct kmod_backend *to_kmod(struct gdr_be *b)
 	return (struct kmod_backend *)b;
 }
 
+#define REASON_LEN 512
+
 static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, struct gdr_be **out,
 		     const char **why)
 {
 	const struct gdr_kmod_sys *ks = sys->kmod;
-	static __thread char reason[512];
+	/* Not thread-local: a library that is dlopen'ed has little static TLS to draw on (glibc
+	 * reserves about 1.5 KiB for every such library together; 512 bytes here made dlopen fail
+	 * with "cannot allocate memory in static TLS block" where others had taken some). One
+	 * buffer a call, from a small ring: the caller logs *why at once. */
+	static char reasons[8][REASON_LEN];
+	static unsigned next_reason;
+	char *reason = reasons[__atomic_fetch_add(&next_reason, 1, __ATOMIC_RELAXED) % 8];
 	struct kmod_backend *k;
 	int fd;
 
 	fd = ks->open(cfg->kmod_dev, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(reason, sizeof(reason), "cannot open %s: %s", cfg->kmod_dev,
-			 strerror(-fd));
+		snprintf(reason, REASON_LEN, "cannot open %s: %s", cfg->kmod_dev, strerror(-fd));
 		*why = reason;
 		return -ENODEV;
 	}
@@ -94,7 +101,7 @@ static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, st
 	k->fd = fd;
 	if (ks->ioctl(fd, GDRCACHE_IOCTL_GET_VERSION, &k->ver) ||
 	    k->ver.major != GDRCACHE_UAPI_VERSION_MAJOR) {
-		snprintf(reason, sizeof(reason), "%s speaks ABI %u.%u, the library %u.%u",
+		snprintf(reason, REASON_LEN, "%s speaks ABI %u.%u, the library %u.%u",
 			 cfg->kmod_dev, k->ver.major, k->ver.minor, GDRCACHE_UAPI_VERSION_MAJOR,
 			 GDRCACHE_UAPI_VERSION_MINOR);
 		*why = reason;
@@ -106,7 +113,7 @@ static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, st
 			gdr_warn("cannot map %s's revocation area: kernel events unused",
 				 cfg->kmod_dev);
 	}
-	snprintf(reason, sizeof(reason), "%s opened, module ABI %u.%u", cfg->kmod_dev, k->ver.major,
+	snprintf(reason, REASON_LEN, "%s opened, module ABI %u.%u", cfg->kmod_dev, k->ver.major,
 		 k->ver.minor);
 	*why = reason;
 	*out = &k->base;

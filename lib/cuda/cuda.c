@@ -6,10 +6,12 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -54,6 +56,31 @@ static const char *cu_err(gdr_CUresult rc)
 	if (cu.get_error_name && cu.get_error_name(rc, &s) == GDR_CUDA_SUCCESS && s)
 		return s;
 	return "CUDA error";
+}
+
+/* Whether the calling thread is the process's only one (/proc/self/stat's num_threads is 1), read
+ * without the heap. Then no other thread can be inside any function, nor start before this one
+ * creates it: what a multi-instruction rewrite of an entry needs. false when it cannot be read. */
+static bool only_thread(void)
+{
+	char buf[1024], *p;
+	ssize_t n;
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC), field;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name, in parentheses, may hold spaces */
+	if (!p)
+		return false;
+	/* ") S ppid ...": field 3 (state) follows; num_threads is field 20 */
+	for (field = 2; field < 20 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p && strtol(p + 1, NULL, 10) == 1;
 }
 
 static void cuda_load_once(void)
@@ -141,8 +168,11 @@ static void cuda_load_once(void)
 		}
 	}
 
-	/* Before cuInit: the driver starts no thread of its own before it. libcuda stays loaded. */
-	gdr_hooks_install(h, fresh);
+	/* "Not loaded when we looked" does not mean "no thread inside it": between that look and the
+	 * patching another thread of the program may have loaded libcuda itself and called into it.
+	 * Only a process with no other thread is sure to have none inside it. Before cuInit: the
+	 * driver starts no thread of its own before it. libcuda stays loaded. */
+	gdr_hooks_install(h, fresh && only_thread());
 	rc = cu.init(0);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_warn("cuInit failed: %s (%d): GPU paths disabled", cu_err(rc), rc);

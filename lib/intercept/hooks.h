@@ -20,10 +20,11 @@ GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
 /* Set when a free's pin release was left for later (nested hook, or a thread holding a cache
  * lock): gdr_cache_unlock() and the outermost hook apply events while it is set. */
 extern GDR_HIDDEN int gdr_hooks_release_pending;
-/* Whether the free interception works in this process, proven once by a test allocation freed
- * through each path a program may use to reach the driver. 0, or -errno with *why (static text).
- * Needs gdr_cuda_load() to have succeeded. Cached after the first call. What a cache asks before
- * it validates by events (a test may give a cache another: cache/seams.h). */
+/* Whether the free interception works in this process, proven once by a free (of an address no
+ * allocation holds: no context needed) through each path a program may use to reach the driver.
+ * 0, or -errno with *why (static text). Needs gdr_cuda_load() to have succeeded. Cached after the
+ * first call. What a cache asks before it validates by events (a test may give a cache another:
+ * cache/seams.h). */
 GDR_HIDDEN int gdr_events_probe(const char **why);
 /* One line of what the interception saw, for GDRCACHE_STATS. */
 GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: MIT
+# Edge cases of how libgdrcache meets the CUDA driver (included from tests/events/CMakeLists.txt,
+# after ev_env is set). Each program says what it proves at its top.
+#   edge_early       a cache made before the program has any CUDA context (MPI_Init before
+#                    cudaSetDevice), and one made on a thread without a context while the program's
+#                    only context is device 1's: both must validate by events once the interception
+#                    is in place (fails while the probe needs a context for a test allocation)
+#   edge_fresh_race  libcuda loaded by another thread between libgdrcache's "not loaded yet" check
+#                    and its patching, with a thread stopped inside cuMemFree_v2's first
+#                    instructions: that thread must resume unharmed
+#   edge_tls         libgdrcache's static TLS fits glibc's share per library, and it still dlopens
+#                    after another library took most of the surplus (fails with 604 bytes of TLS)
+#   edge_load        stub address taken (tag fallback, nothing stale), two copies of libgdrcache,
+#                    dlclose, RTLD_DEEPBIND, event ring overrun (events_lost drops everything)
+
+function(edge_exe name)
+  add_executable(${name} ${name}.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/include
+    ${PROJECT_BINARY_DIR}/include)
+  target_link_libraries(${name} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+  add_dependencies(${name} gdrcache gdr_fake_cuda)
+endfunction()
+
+edge_exe(edge_early)
+edge_exe(edge_load)
+
+add_test(NAME events_edge_early COMMAND edge_early $<TARGET_FILE:gdrcache>)
+add_test(NAME events_edge_early_otherdev COMMAND edge_early $<TARGET_FILE:gdrcache> otherdev)
+set(edge_tests events_edge_early events_edge_early_otherdev)
+
+foreach(m stubtaken dlclose deepbind ringlost)
+  add_test(NAME events_edge_${m} COMMAND edge_load ${m} $<TARGET_FILE:gdrcache>)
+  list(APPEND edge_tests events_edge_${m})
+endforeach()
+
+# Two copies of the library under two names: the second is a copy made at build time.
+add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/edge_libgdrcache_copy.so
+  COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:gdrcache> ${CMAKE_CURRENT_BINARY_DIR}/edge_libgdrcache_copy.so
+  DEPENDS gdrcache)
+add_custom_target(edge_libgdrcache_copy ALL DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/edge_libgdrcache_copy.so)
+add_test(NAME events_edge_twice COMMAND edge_load twice $<TARGET_FILE:gdrcache>
+  ${CMAKE_CURRENT_BINARY_DIR}/edge_libgdrcache_copy.so)
+list(APPEND edge_tests events_edge_twice)
+
+# Interposes dlopen (the executable exports it): not under a sanitizer, whose runtime owns dlopen.
+if(NOT GDR_SANITIZE AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  edge_exe(edge_fresh_race)
+  set_target_properties(edge_fresh_race PROPERTIES ENABLE_EXPORTS ON)
+  add_test(NAME events_edge_fresh_race COMMAND edge_fresh_race $<TARGET_FILE:gdrcache>)
+  list(APPEND edge_tests events_edge_fresh_race)
+endif()
+
+# Static TLS sizes are those of a plain build (a sanitizer's runtime takes its own).
+if(NOT GDR_SANITIZE)
+  add_library(edge_tls_hog SHARED edge_tls_hog.c)
+  edge_exe(edge_tls)
+  add_test(NAME events_edge_tls COMMAND edge_tls $<TARGET_FILE:gdrcache> $<TARGET_FILE:edge_tls_hog>)
+  list(APPEND edge_tests events_edge_tls)
+endif()
+
+set_tests_properties(${edge_tests} PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 120
+  ENVIRONMENT "${ev_env}")
+foreach(t ${edge_tests})
+  gdr_no_qemu(${t})
+endforeach()
