@@ -246,8 +246,22 @@ static const char *err_name(int err)
 static void resolve_all(void);
 static void print_stats(const char *why);
 
+/* counters_lock around fork(): a thread's exit takes it blocking (counters_exit), so a child must
+ * not inherit it held by a thread it does not have. A leaf: nothing is taken while it is held, and
+ * nobody waits for it while holding another lock (counters_slow only tries it). */
+static void counters_fork_prepare(void)
+{
+	pthread_mutex_lock(&counters_lock);
+}
+
+static void counters_fork_parent(void)
+{
+	pthread_mutex_unlock(&counters_lock);
+}
+
 static void child_after_fork(void)
 {
+	pthread_mutex_unlock(&counters_lock);
 	__atomic_store_n(&forked, true, __ATOMIC_RELAXED);
 }
 
@@ -257,7 +271,7 @@ static void init(void)
 {
 	resolve_all();
 	gdrp_mrtab_atfork();
-	pthread_atfork(NULL, NULL, child_after_fork);
+	pthread_atfork(counters_fork_prepare, counters_fork_parent, child_after_fork);
 }
 
 /* The environment, once libc has one: not before its own initialisation, which a program's

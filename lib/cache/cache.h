@@ -379,6 +379,9 @@ void gdr_stats_print(struct gdr_cache *c, const char *why);
 /* The statistics, per-thread counters summed. Under c->lock. */
 void gdr_stats_collect(struct gdr_cache *c, struct gdr_cache_stats *s);
 void gdr_stats_track(struct gdr_cache *c);
+/* Around fork() (thread.c's handlers): the list of caches the statistics print, locked. */
+void gdr_stats_fork_prepare(void);
+void gdr_stats_fork_done(void);
 void gdr_stats_untrack(struct gdr_cache *c);
 void gdr_stats_pinned(struct gdr_cache *c, int64_t delta);
 

@@ -97,7 +97,8 @@ static void put_kv_str(struct buf *b, const char *s)
 		put_json_str(b, s);
 }
 
-/* Where records go: the file (opened per record: *close_it), or 2 when it cannot be (said once). */
+/* Where records go: the file (opened per record: *close_it), or stderr when it cannot be (said
+ * once); -1: nowhere (stderr gone, log.c). */
 static int stats_fd(const struct gdr_output *o, bool *close_it)
 {
 	char path[4096];
@@ -105,7 +106,7 @@ static int stats_fd(const struct gdr_output *o, bool *close_it)
 
 	*close_it = false;
 	if (!o->stats_file[0])
-		return 2;
+		return gdr_stderr_fd();
 	err = gdr_path_expand(o->stats_file, path, sizeof(path));
 	if (!err) {
 		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -119,7 +120,7 @@ static int stats_fd(const struct gdr_output *o, bool *close_it)
 		     "GDRCACHE_STATS=file:%s cannot be opened (%s): statistics go to "
 		     "stderr",
 		     o->stats_file, strerror(-err));
-	return 2;
+	return gdr_stderr_fd();
 }
 
 /* b, one line or several, in one write(2). */
@@ -133,7 +134,9 @@ static void stats_write(const struct gdr_output *o, struct buf *b)
 		b->p[b->len - 1] = '\n';
 	}
 	fd = stats_fd(o, &close_it);
-	(void)!write(fd, b->p, b->len);
+	if (fd < 0)
+		return;
+	(void)gdr_write_quiet(fd, b->p, b->len);
 	if (close_it)
 		close(fd);
 }
@@ -296,6 +299,18 @@ static void print_live(const char *why, bool others)
 	pthread_mutex_unlock(&live_lock);
 }
 
+/* fork(): the signal thread prints with live_lock held, and the child has no such thread: without
+ * this, a child forked meanwhile would wait forever at its destroy or at exit. */
+void gdr_stats_fork_prepare(void)
+{
+	pthread_mutex_lock(&live_lock);
+}
+
+void gdr_stats_fork_done(void)
+{
+	pthread_mutex_unlock(&live_lock);
+}
+
 static void print_live_at_exit(void)
 {
 	print_live("at exit", false);
@@ -345,6 +360,7 @@ static void signal_setup(void)
 
 	if (!o->stats_signal)
 		return;
+	gdr_thr_atfork_init(); /* the preload's records may come with no cache */
 	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
 		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal",
 			strerror(errno));

@@ -162,9 +162,11 @@ static void key_init(void)
 
 /* fork(): the child has one thread. Every cache's lock is taken around the fork so that the child
  * does not inherit one held by a thread it does not have, and the other threads' records are left
- * out of the child's grace periods (a thread caught inside a lookup would be waited for forever). */
+ * out of the child's grace periods (a thread caught inside a lookup would be waited for forever).
+ * The statistics' list lock first: its holder (the signal thread) takes caches' locks under it. */
 static void fork_prepare(void)
 {
+	gdr_stats_fork_prepare();
 	pthread_mutex_lock(&alive_lock);
 	for (struct gdr_cache *c = alive; c; c = c->next_alive)
 		pthread_mutex_lock(&c->lock);
@@ -175,6 +177,7 @@ static void fork_parent(void)
 	for (struct gdr_cache *c = alive; c; c = c->next_alive)
 		pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&alive_lock);
+	gdr_stats_fork_done();
 }
 
 static long membarrier(int cmd);
@@ -198,6 +201,7 @@ static void fork_child(void)
 		pthread_mutex_unlock(&c->lock);
 	}
 	pthread_mutex_unlock(&alive_lock);
+	gdr_stats_fork_done();
 }
 
 static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
@@ -227,12 +231,18 @@ static void atfork_init(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-void gdr_thr_cache_init(struct gdr_cache *c)
+/* The fork handlers, once: at the first cache, or when the statistics' signal thread starts. */
+void gdr_thr_atfork_init(void)
 {
 	static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-	pthread_once(&asym_once, asym_init);
 	pthread_once(&fork_once, atfork_init);
+}
+
+void gdr_thr_cache_init(struct gdr_cache *c)
+{
+	pthread_once(&asym_once, asym_init);
+	gdr_thr_atfork_init();
 	pthread_mutex_lock(&alive_lock);
 	c->id = next_id++;
 	c->next_alive = alive;

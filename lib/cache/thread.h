@@ -57,6 +57,7 @@ void gdr_thr_zero(struct gdr_cache *c, uint32_t slot);
 void gdr_thr_sync(struct gdr_cache *c); /* a grace period */
 void gdr_thr_totals(struct gdr_cache *c, uint64_t *fast_hits, uint64_t *tag_checks);
 void gdr_thr_cache_init(struct gdr_cache *c); /* also decides gdr_thr_asym, once */
+void gdr_thr_atfork_init(void); /* the fork handlers (statistics' lock included), once */
 void gdr_thr_cache_fini(struct gdr_cache *c);
 /* fn(cache, arg) for every live cache, under the list's lock (taken before any cache lock). */
 void gdr_thr_foreach_cache(void (*fn)(struct gdr_cache *c, void *arg), void *arg);

@@ -16,9 +16,11 @@
 #include <fcntl.h>
 #include <string.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +58,57 @@ static struct site {
 	uint64_t suppressed; /* since then */
 } sites[SITES];
 static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER; /* log_fd's state */
+
+/* fork(): a child must not inherit these locked by a thread it does not have (its first line
+ * would wait forever). Both are leaves, taken last: registered before any other handler of the
+ * library (at load), so that theirs (which run first, in reverse order) take the locks that a
+ * thread holds while it logs. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&sites_lock);
+	pthread_mutex_lock(&fd_lock);
+}
+
+static void fork_done(void)
+{
+	pthread_mutex_unlock(&fd_lock);
+	pthread_mutex_unlock(&sites_lock);
+}
+
+/* What descriptor 2 was when the library was loaded. */
+static struct {
+	bool open;
+	dev_t dev;
+	ino_t ino;
+} stderr0;
+
+__attribute__((constructor)) static void log_init(void)
+{
+	struct stat st;
+
+	pthread_atfork(fork_prepare, fork_done, fork_done);
+	if (!fstat(2, &st)) {
+		stderr0.open = true;
+		stderr0.dev = st.st_dev;
+		stderr0.ino = st.st_ino;
+	}
+}
+
+/* A program that closes stderr may have descriptor 2 reused by its next socket (or file): the
+ * library's lines must not go into the program's byte stream. A redirection (dup2 of a file or
+ * pipe onto 2) is still followed; a socket is written to only if it was stderr from the start
+ * (systemd's journal). */
+int gdr_stderr_fd(void)
+{
+	struct stat st;
+
+	if (!stderr0.open || fstat(2, &st))
+		return -1;
+	if (S_ISSOCK(st.st_mode) && (st.st_dev != stderr0.dev || st.st_ino != stderr0.ino))
+		return -1;
+	return 2;
+}
 
 static uint64_t now_ns(void)
 {
@@ -100,21 +153,44 @@ static bool site_allows(const char *func, int line, uint64_t *suppressed)
 	return ok;
 }
 
+/* As libpq does: SIGPIPE blocked in this thread for the call; one that this write raised is taken
+ * back, one already pending stays the program's. */
+ssize_t gdr_write_quiet(int fd, const void *p, size_t n)
+{
+	struct timespec zero = { 0, 0 };
+	sigset_t pipe_set, old, pending;
+	bool was_pending;
+	ssize_t r;
+	int saved;
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	was_pending = !sigpending(&pending) && sigismember(&pending, SIGPIPE);
+	r = write(fd, p, n);
+	saved = errno;
+	if (r < 0 && saved == EPIPE && !was_pending)
+		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+			;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	return r;
+}
+
 /* The fd lines go to: GDRCACHE_LOG_FILE's, opened on first use (again in a child of fork when the
  * name has the pid in it), or 2. */
 static int log_fd(void)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static int fd = -1;
 	static pid_t owner;
 	static bool failed;
 	const char *tmpl = gdr_config_log_file();
 	char path[4096];
-	int ret = 2;
+	int ret;
 
 	if (!tmpl || !*tmpl)
-		return 2;
-	pthread_mutex_lock(&lock);
+		return gdr_stderr_fd();
+	pthread_mutex_lock(&fd_lock);
 	if (fd >= 0 && owner != getpid() && strstr(tmpl, "%p")) {
 		close(fd);
 		fd = -1;
@@ -135,16 +211,18 @@ static int log_fd(void)
 				"logging to stderr\n",
 				(int)getpid(), tmpl, strerror(err < 0 ? -err : err));
 
-			if (n > 0)
-				(void)!write(2, msg,
-					     (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+			if (n > 0 && gdr_stderr_fd() >= 0)
+				(void)gdr_write_quiet(2, msg,
+						      (size_t)n < sizeof(msg) ? (size_t)n
+									      : sizeof(msg) - 1);
 			failed = true;
 		}
 		owner = getpid();
 	}
-	if (fd >= 0)
-		ret = fd;
-	pthread_mutex_unlock(&lock);
+	ret = fd;
+	pthread_mutex_unlock(&fd_lock);
+	if (ret < 0)
+		ret = gdr_stderr_fd();
 	return ret;
 }
 
@@ -175,8 +253,12 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 		n = sizeof(out) - 1;
 		out[n - 1] = '\n';
 	}
-	if (n > 0)
-		(void)!write(log_fd(), out, (size_t)n);
+	if (n > 0) {
+		int fd = log_fd();
+
+		if (fd >= 0)
+			(void)gdr_write_quiet(fd, out, (size_t)n);
+	}
 	errno = saved;
 }
 

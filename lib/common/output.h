@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 enum gdr_stats_format {
 	GDR_STATS_AUTO = 0, /* text on stderr, json in a file */
@@ -31,6 +32,12 @@ const struct gdr_output *gdr_config_output(void);
 const char *gdr_config_log_file(void);
 /* tmpl with %p replaced by the pid and %% by %. 0, or -ENAMETOOLONG. */
 int gdr_path_expand(const char *tmpl, char *buf, size_t n);
+
+/* log.c: where text meant for stderr goes: 2, or -1 when descriptor 2 is no longer the stderr the
+ * process had when the library was loaded (closed then, or since replaced by a socket). */
+int gdr_stderr_fd(void);
+/* log.c: write(2) that never raises SIGPIPE in the program (a reader gone: the text is lost). */
+ssize_t gdr_write_quiet(int fd, const void *p, size_t n);
 
 /* log.c: gdr_log_write with a va_list (the preload's lines, private.h). */
 void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_list ap);
