@@ -406,6 +406,13 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 			(unsigned long long)a);
 		return -EIO;
 	}
+	if (!pd && !e->pin.be->ops->pins_without_pd) {
+		/* peermem: the MR is the pin; a registration without a PD would hold nothing pinned
+		 * (the MR of another PD's record can go under it), on a hit as on a miss. */
+		c->st.fail_input++;
+		gdr_err("backend %s registers GPU memory only with a PD", e->pin.be->ops->name);
+		return -EOPNOTSUPP;
+	}
 	if (!pd)
 		access = 0, exact = false;
 	gdr_record_range(e, tag, &rstart, &rsize);
@@ -446,6 +453,14 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 			}
 		}
 		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
+		/* Every record slot taken (GDR_SLOT_MAX; a max_entries above it lets unheld entries
+		 * take them all): evict unheld entries, whose records are reusable after a grace
+		 * period, and try again. */
+		while (rc == -ENOSPC && gdr_evict(c, e->pin.len)) {
+			gdr_reclaim(c, true);
+			rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag,
+					    &r);
+		}
 		if (rc) {
 			if (own)
 				gdr_verbs_dereg(c->sys.verbs, own);

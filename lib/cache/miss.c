@@ -317,6 +317,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	rc = gdr_index_insert(&c->index, e);
 	if (rc) {
 		e->pin.be->ops->unpin(e->pin.be, &e->pin);
+		c->st.unpins++; /* pin_retry counted the pin: pins - unpins stays the entries */
 		goto err_free;
 	}
 	gdr_cache_track_reach(c, e, GDR_REACH_NEW);

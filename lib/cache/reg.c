@@ -505,8 +505,9 @@ static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_th
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		gdr_cache_lock(c);
 	}
-	if (!rc)
-		gdr_evict(c, 0);
+	/* After a failure too: a pin whose MR could not be made stays cached, unheld, and the call
+	 * must still end within the limits (only held entries may exceed them). */
+	gdr_evict(c, 0);
 	gdr_cache_unlock(c);
 	return rc;
 }
