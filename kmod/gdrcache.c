@@ -397,6 +397,14 @@ static void gdr_free_callback(void *data)
 	unsigned long flags;
 
 	spin_lock_irqsave(&r->lock, flags);
+	/*
+	 * Whoever holds r holds this module (an open file, or an orphan's
+	 * reference): keep it loaded until this function is done with its
+	 * code and its work items, since once the lock is dropped nothing
+	 * else waits for us (an UNPIN or close that finds r revoked calls no
+	 * put_pages, and may free r, close and let the module go).
+	 */
+	__module_get(THIS_MODULE);
 	pt = r->pt;
 	switch (r->state) {
 	case GDR_REGION_PINNED:
@@ -418,6 +426,7 @@ static void gdr_free_callback(void *data)
 		queue_delayed_work(system_wq, &gdr_reap_work, 0);
 	if (pt)
 		nvidia_p2p_free_page_table(pt);
+	module_put(THIS_MODULE);
 }
 
 /*
@@ -519,17 +528,6 @@ static void gdr_region_orphan(struct gdr_region *r)
 		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
 }
 
-/* r is in no file's table: give back its page table pt (or orphan r). */
-static void gdr_region_give_back(struct gdr_region *r,
-				 struct nvidia_p2p_page_table *pt)
-{
-	if (pt && !gdr_region_put_pages(r, pt)) {
-		gdr_region_orphan(r);
-		return;
-	}
-	gdr_region_done(r);
-}
-
 /* May the current process put r's page table? */
 static bool gdr_may_put(const struct gdr_region *r, const struct gdr_owner *who)
 {
@@ -537,6 +535,39 @@ static bool gdr_may_put(const struct gdr_region *r, const struct gdr_owner *who)
 		return true;
 	return who && who->tgid == r->owner.tgid &&
 	       who->start_time == r->owner.start_time;
+}
+
+/*
+ * r is in no file's table: give back its page table pt (or orphan r).
+ * A callback-mode table can only be put in its owner's process: from any other
+ * (gdr_release() in a process sharing the owner's descriptor table through
+ * clone(CLONE_FILES), a kworker's delayed fput) NVIDIA's put_pages returns 0
+ * and releases nothing, and r would be freed with the callback still armed on
+ * it. Such a region becomes an orphan: the callback, or the owner's next call,
+ * finishes it.
+ */
+static void gdr_region_give_back(struct gdr_region *r,
+				 struct nvidia_p2p_page_table *pt)
+{
+	struct gdr_owner me;
+	unsigned long flags;
+
+	if (pt && !r->persistent) {
+		gdr_owner_current(&me);
+		if (!gdr_may_put(r, &me)) {
+			spin_lock_irqsave(&r->lock, flags);
+			if (r->state == GDR_REGION_PUTTING)
+				r->state = GDR_REGION_ORPHANED;
+			spin_unlock_irqrestore(&r->lock, flags);
+			gdr_region_orphan(r);
+			return;
+		}
+	}
+	if (pt && !gdr_region_put_pages(r, pt)) {
+		gdr_region_orphan(r);
+		return;
+	}
+	gdr_region_done(r);
 }
 
 /*
@@ -1061,7 +1092,9 @@ static void gdr_vma_set_flags(struct vm_area_struct *vma, vm_flags_t set,
 
 /*
  * The revocation area, read-only. Not inherited by fork() (VM_DONTCOPY): a
- * child has no business reading its parent's revocations.
+ * child has no business reading its parent's revocations. VM_IO keeps it so:
+ * madvise(MADV_DOFORK) clears VM_DONTCOPY on any other mapping (and VM_IO
+ * also keeps get_user_pages(), hence /proc/PID/mem and ptrace, off it).
  */
 static int gdr_mmap(struct file *filp, struct vm_area_struct *vma)
 {
@@ -1075,7 +1108,7 @@ static int gdr_mmap(struct file *filp, struct vm_area_struct *vma)
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
 		return -EPERM;
-	gdr_vma_set_flags(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+	gdr_vma_set_flags(vma, VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
 			  VM_MAYWRITE);
 	for (off = 0; off < size; off += PAGE_SIZE) {
 		ret = vm_insert_page(vma, vma->vm_start + off,
