@@ -13,6 +13,7 @@
 #include "cache/cache.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
+#include "intercept/events.h"
 #include "nic/verbs.h"
 
 /* The SYNC_MEMOPS set (c->synced, idset.h): buffer ids that got SYNC_MEMOPS (or proved VMM), so
@@ -146,8 +147,14 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			return -EOPNOTSUPP;
 		}
 		if (pi.mem_type != GDR_CU_MEMORYTYPE_DEVICE) {
-			if (q == a)
+			/* Host memory (or memory CUDA does not know) first: the driver gives no
+			 * extent for unknown memory, so the last byte is asked too; a range that
+			 * runs into GPU (or managed) memory is refused as in the other order, never
+			 * handed to ibv_reg_mr as host memory. */
+			if (q == a && (len == 1 || gdr_cuda_classify(a + len - 1, &pi) ||
+				       (pi.mem_type != GDR_CU_MEMORYTYPE_DEVICE && !pi.managed)))
 				return 1;
+			c->st.fail_input++;
 			gdr_err("[%#llx, +%llu) mixes GPU memory and other memory",
 				(unsigned long long)a, (unsigned long long)len);
 			return -EINVAL;
@@ -416,11 +423,15 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 	struct gdr_tag tags[GDR_MAX_TAGS];
 	struct pin_cover cover;
 	struct gdr_be *be = NULL;
+	struct gdr_inflight_snap snap;
 	struct gdr_entry *e;
 	uint32_t ntags = 0;
 	int rc;
 
 	gdr_cache_drain_events(c);
+	/* Frees announced by now whose events were just applied: one may still be before the
+	 * driver's free while classify() asks the driver, and be over by the check below. */
+	gdr_events_inflight_snap(&snap);
 	e = gdr_index_find(&c->index, a);
 	if (e && gdr_entry_exact_full(e, pd, access, a, len, exact)) {
 		/* As many remote-access ranges as an entry keeps: it is replaced (held, it is detached
@@ -452,8 +463,11 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 	if (rc)
 		return rc;
 	/* Classified while a free of this memory may be running: it may be gone when the driver
-	 * returns. Nothing is cached; the caller waits for the free and starts again. */
-	if (gdr_cache_free_inflight(a, len, tags, ntags))
+	 * returns. Nothing is cached; the caller waits for the free and starts again. A free in
+	 * flight now, or one that was when its event was applied above (it may have ended since:
+	 * its event is gone, and what classify() saw may be the memory it freed). */
+	if (gdr_cache_free_inflight(a, len, tags, ntags) ||
+	    gdr_cache_free_was_inflight(&snap, a, len, tags, ntags))
 		return -EINPROGRESS;
 	rc = backend_for(c, tags, ntags, &be);
 	if (rc)

@@ -433,6 +433,18 @@ int gdr_cuda_ctx_sync_memops(int device)
 		context_return(&b);
 		return -ENXIO;
 	}
+	/* context_borrow leaves another device's context current when the memory's device has no
+	 * active primary context (enough for a dma-buf export): the flag must not go there, where
+	 * none of this memory's copies run, and be remembered as done. */
+	if (cu.ctx_get_device) {
+		gdr_CUdevice dev, cur_dev;
+
+		if (cu.device_get(&dev, device) != GDR_CUDA_SUCCESS ||
+		    cu.ctx_get_device(&cur_dev) != GDR_CUDA_SUCCESS || cur_dev != dev) {
+			context_return(&b);
+			return -ENXIO;
+		}
+	}
 	pthread_mutex_lock(&ctx_lock);
 	for (unsigned i = 0; i < ctx_ndone; i++)
 		if (ctx_done[i] == ctx)
