@@ -266,6 +266,14 @@ bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tag
 					   .a = a, .len = len, .tags = tags, .ntags = ntags });
 }
 
+bool gdr_cache_free_was_inflight(const struct gdr_inflight_snap *s, uint64_t a, uint64_t len,
+				 const struct gdr_tag *tags, uint32_t ntags)
+{
+	return gdr_events_inflight_was(s, classified_overlaps,
+				       &(struct classified){
+					       .a = a, .len = len, .tags = tags, .ntags = ntags });
+}
+
 /* ---- for the hooks of the driver's free and allocation functions (caches.h) ---------------------- */
 
 static void apply_one(struct gdr_cache *c, void *arg)

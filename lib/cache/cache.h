@@ -341,6 +341,10 @@ void gdr_cache_track_reach(struct gdr_cache *c, const struct gdr_entry *e, uint6
 void gdr_cache_untrack_reach(struct gdr_cache *c, const struct gdr_entry *e);
 /* Whether a free in flight may concern a registration that classified [a, a+len) as tags. */
 bool gdr_cache_free_inflight(uint64_t a, uint64_t len, const struct gdr_tag *tags, uint32_t ntags);
+/* The same, for the frees a snapshot (gdr_events_inflight_snap) found in flight. */
+struct gdr_inflight_snap;
+bool gdr_cache_free_was_inflight(const struct gdr_inflight_snap *s, uint64_t a, uint64_t len,
+				 const struct gdr_tag *tags, uint32_t ntags);
 
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);

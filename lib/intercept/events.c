@@ -131,6 +131,51 @@ bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const vo
 	return false;
 }
 
+void gdr_events_inflight_snap(struct gdr_inflight_snap *s)
+{
+	s->all = false;
+	s->n = 0;
+	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
+		return;
+	if (__atomic_load_n(&overflow, __ATOMIC_SEQ_CST)) {
+		s->all = true;
+		return;
+	}
+	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
+		uint32_t st = __atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST);
+		uint64_t start, len;
+
+		if (st == IF_FREE)
+			continue;
+		if (st == IF_CLAIMED) {
+			s->all = true;
+			return;
+		}
+		start = __atomic_load_n(&inflight[i].start, __ATOMIC_SEQ_CST);
+		len = __atomic_load_n(&inflight[i].len, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_PUBLISHED ||
+		    len == GDR_EVENT_ALL_LEN) {
+			s->all = true;
+			return;
+		}
+		s->v[s->n].start = start;
+		s->v[s->n].len = len;
+		s->n++;
+	}
+}
+
+bool gdr_events_inflight_was(const struct gdr_inflight_snap *s,
+			     bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
+			     const void *arg)
+{
+	if (s->all)
+		return true;
+	for (unsigned i = 0; i < s->n; i++)
+		if (overlaps(s->v[i].start, s->v[i].len, arg))
+			return true;
+	return false;
+}
+
 unsigned gdr_events_inflight_count(void)
 {
 	unsigned n = __atomic_load_n(&overflow, __ATOMIC_SEQ_CST);

@@ -65,6 +65,22 @@ void gdr_events_free_end(int token);
  * (start, len); a free being announced right now, or beyond the table, concerns everything. */
 bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
 			 const void *arg);
+/* The frees announced now, kept for a check made later (gdr_events_inflight_was): a registration
+ * takes it once it has applied the events published so far, before it classifies, so that a free
+ * that was already announced then (its event applied, the driver not yet called) but has ended by
+ * the time the registration checks (gdr_events_inflight) is still seen. */
+struct gdr_inflight_snap {
+	bool all; /* a slot claimed but not yet published, or overflow: everything */
+	unsigned n;
+	struct {
+		uint64_t start, len;
+	} v[GDR_INFLIGHT_SLOTS];
+};
+void gdr_events_inflight_snap(struct gdr_inflight_snap *s);
+/* Whether one of the frees in s may concern what `overlaps` says it does. */
+bool gdr_events_inflight_was(const struct gdr_inflight_snap *s,
+			     bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
+			     const void *arg);
 /* Frees announced now (for tests). */
 unsigned gdr_events_inflight_count(void);
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -229,6 +230,52 @@ static void test_event_drops_entry_before_next_hit(void **state)
 	assert_int_equal(stats().events, 1);
 	assert_int_equal(stats().stale, 1);
 	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(b);
+}
+
+/* A free announced (its event published) before a miss applies the events, whose driver free
+ * then runs and ends while the miss classifies: the miss saw the freed buffer, and no free is in
+ * flight any more when it checks. It must not cache what it saw. The fake driver's enter hook
+ * runs the free (and the reallocation at the same address) between classify's two queries: a
+ * request across two adjacent small allocations, the first the one being freed. */
+static struct {
+	uint64_t a, size, again;
+	int tok, calls;
+} mid;
+
+static void free_ends_mid_classify(const char *entry, void *arg)
+{
+	(void)arg;
+	if (strcmp(entry, "cuPointerGetAttributes") || ++mid.calls != 2)
+		return;
+	fake_cuda_free(mid.a); /* the driver's free, announced and evented before the miss */
+	mid.again = fake_cuda_alloc(mid.size);
+	gdr_events_free_end(mid.tok);
+}
+
+static void test_free_ending_while_miss_classifies(void **state)
+{
+	uint64_t a = fake_cuda_alloc(4096), b = fake_cuda_alloc(4096), id;
+	struct gdr_region *r = NULL;
+
+	(void)state;
+	if (b != a + 4096) {
+		fake_cuda_free(a);
+		fake_cuda_free(b);
+		skip(); /* the fake placed them apart */
+	}
+	mid = (typeof(mid)){ .a = a, .size = 4096 };
+	mid.tok = gdr_events_free_begin(a, 0);
+	gdr_events_push(a, 0);
+	fake_cuda_set_enter_hook(free_ends_mid_classify, NULL);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)(a + 2048), 4096, 0, &r), 0);
+	fake_cuda_set_enter_hook(NULL, NULL);
+	assert_true(mid.calls >= 2);
+	assert_int_equal(mid.again, a); /* the address came back, to another buffer */
+	id = region_id(r);
+	assert_int_equal(id, fake_cuda_buffer_id(a)); /* the buffer there now, not the freed one */
+	assert_int_equal(gdr_dereg(r), 0);
+	free_evented(a);
 	free_evented(b);
 }
 
@@ -949,6 +996,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_free_ending_while_miss_classifies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_drops_entry_before_next_hit, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unevented_free_is_missed_in_events_mode, setup,
