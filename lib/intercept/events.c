@@ -106,35 +106,18 @@ void gdr_events_free_end(int token)
 bool gdr_events_inflight(bool (*overlaps)(uint64_t start, uint64_t len, const void *arg),
 			 const void *arg)
 {
-	/* No free announced now (every slot was free at this load): what a scan that read every
-	 * slot at once would find, without reading the table's lines on every miss. */
-	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
-		return false;
-	if (__atomic_load_n(&overflow, __ATOMIC_SEQ_CST))
-		return true;
-	for (unsigned i = 0; i < GDR_INFLIGHT_SLOTS; i++) {
-		uint32_t st = __atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST);
-		uint64_t start, len;
+	struct gdr_inflight_snap s;
 
-		if (st == IF_FREE)
-			continue;
-		if (st == IF_CLAIMED)
-			return true;
-		start = __atomic_load_n(&inflight[i].start, __ATOMIC_SEQ_CST);
-		len = __atomic_load_n(&inflight[i].len, __ATOMIC_SEQ_CST);
-		/* Slot reused meanwhile: the range read may be torn; take it as everything. */
-		if (__atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_PUBLISHED)
-			return true;
-		if (len == GDR_EVENT_ALL_LEN || overlaps(start, len, arg))
-			return true;
-	}
-	return false;
+	gdr_events_inflight_snap(&s);
+	return gdr_events_inflight_was(&s, overlaps, arg);
 }
 
 void gdr_events_inflight_snap(struct gdr_inflight_snap *s)
 {
 	s->all = false;
 	s->n = 0;
+	/* No free announced now (every slot was free at this load): what a scan that read every
+	 * slot at once would find, without reading the table's lines on every miss. */
 	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
 		return;
 	if (__atomic_load_n(&overflow, __ATOMIC_SEQ_CST)) {
@@ -153,6 +136,7 @@ void gdr_events_inflight_snap(struct gdr_inflight_snap *s)
 		}
 		start = __atomic_load_n(&inflight[i].start, __ATOMIC_SEQ_CST);
 		len = __atomic_load_n(&inflight[i].len, __ATOMIC_SEQ_CST);
+		/* Slot reused meanwhile: the range read may be torn; take it as everything. */
 		if (__atomic_load_n(&inflight[i].state, __ATOMIC_SEQ_CST) != IF_PUBLISHED ||
 		    len == GDR_EVENT_ALL_LEN) {
 			s->all = true;
