@@ -86,7 +86,8 @@ static int kmod_open(const struct gdr_config *cfg, const struct gdr_sys *sys, st
 
 	fd = ks->open(cfg->kmod_dev, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(reason, REASON_LEN, "cannot open %s: %s", cfg->kmod_dev, strerror(-fd));
+		snprintf(reason, REASON_LEN, "cannot open %s: %s", cfg->kmod_dev,
+			 gdr_strerror(-fd));
 		*why = reason;
 		return -ENODEV;
 	}

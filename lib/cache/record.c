@@ -43,7 +43,7 @@ int gdr_records_init(struct gdr_cache *c)
 
 	if (p == MAP_FAILED) {
 		gdr_err("cannot reserve the registration records' address space: %s",
-			strerror(errno));
+			gdr_strerror(errno));
 		return -ENOMEM;
 	}
 	head = (size - ((uintptr_t)p & (size - 1))) & (size - 1);
@@ -53,7 +53,7 @@ int gdr_records_init(struct gdr_cache *c)
 	p += head;
 	if (mprotect(p, GDR_REC_MAP_STEP, PROT_READ | PROT_WRITE)) {
 		gdr_err("cannot make the registration records' first %u bytes usable: %s",
-			GDR_REC_MAP_STEP, strerror(errno));
+			GDR_REC_MAP_STEP, gdr_strerror(errno));
 		munmap(p, size);
 		return -ENOMEM;
 	}

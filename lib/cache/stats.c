@@ -119,7 +119,7 @@ static int stats_fd(const struct gdr_output *o, bool *close_it)
 	gdr_log_once(GDR_LOG_WARN,
 		     "GDRCACHE_STATS=file:%s cannot be opened (%s): statistics go to "
 		     "stderr",
-		     o->stats_file, strerror(-err));
+		     o->stats_file, gdr_strerror(-err));
 	return gdr_stderr_fd();
 }
 
@@ -148,15 +148,10 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 	int format = o->stats_format;
 	char stack[8192], when[40];
 	struct buf b = { stack, 0, sizeof(stack) };
-	struct timespec ts;
-	struct tm tm;
 
 	if (format == GDR_STATS_AUTO)
 		format = o->stats_file[0] ? GDR_STATS_JSON : GDR_STATS_TEXT;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(when + strlen(when), sizeof(when) - strlen(when), ".%03ldZ", ts.tv_nsec / 1000000);
+	gdr_utc_stamp(when, sizeof(when)); /* not gmtime_r: this may be the signal thread */
 
 	if (format == GDR_STATS_TEXT) {
 		put(&b, "%s[%d] stats%s:", prefix, (int)getpid(), head);
@@ -363,7 +358,7 @@ static void signal_setup(void)
 	gdr_thr_atfork_init(); /* the preload's records may come with no cache */
 	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
 		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal",
-			strerror(errno));
+			gdr_strerror(errno));
 		return;
 	}
 	/* The reader blocks; only the writer (the handler) must never. */
@@ -375,7 +370,7 @@ static void signal_setup(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
 		gdr_err("GDRCACHE_STATS_SIGNAL: no thread (%s): no statistics on the signal",
-			strerror(rc));
+			gdr_strerror(rc));
 		return;
 	}
 	pthread_detach(t);

@@ -12,6 +12,7 @@
  * refused thousands of times a second (pool memory the driver will not export, say) costs the
  * log a few lines a minute.
  */
+#define _GNU_SOURCE /* strerrordesc_np */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -31,6 +32,58 @@
 #include "common/output.h"
 
 int gdr_log_level = GDR_LOG_WARN;
+
+/* Not gmtime_r and strftime: the first gmtime_r of a process reads TZ (tzset), and a line may be
+ * written by the statistics thread, or any thread, while the program rebuilds its environment
+ * (bash does before every command it runs; setenv reallocates the array): a read of freed memory.
+ * Days since 1970-01-01 to a civil date in the proleptic Gregorian calendar, by 400-year eras
+ * of 146,097 days counted from 0000-03-01 (so the leap day ends a year). */
+void gdr_utc_format(char *buf, size_t n, const struct timespec *ts)
+{
+	int64_t sec = ts->tv_sec, days = sec / 86400, rem = sec % 86400;
+	int64_t era, doe, yoe, doy, mp, y;
+	unsigned month, day;
+	char out[96];
+	size_t len;
+
+	if (rem < 0) {
+		rem += 86400;
+		days--;
+	}
+	days += 719468; /* 0000-03-01 to 1970-01-01 */
+	era = (days >= 0 ? days : days - 146096) / 146097;
+	doe = days - era * 146097;                                   /* [0, 146096] */
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; /* [0, 399] */
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               /* [0, 365], from March 1st */
+	mp = (5 * doy + 2) / 153;                                    /* [0, 11], March is 0 */
+	day = (unsigned)(doy - (153 * mp + 2) / 5 + 1);
+	month = (unsigned)(mp < 10 ? mp + 3 : mp - 9);
+	y = yoe + era * 400 + (month <= 2);
+	snprintf(out, sizeof(out), "%04lld-%02u-%02uT%02u:%02u:%02u.%03uZ", (long long)y, month,
+		 day, (unsigned)(rem / 3600), (unsigned)(rem / 60 % 60), (unsigned)(rem % 60),
+		 (unsigned)(ts->tv_nsec / 1000000));
+	len = strlen(out) < n ? strlen(out) : n - 1;
+	if (n) {
+		memcpy(buf, out, len);
+		buf[len] = '\0';
+	}
+}
+
+void gdr_utc_stamp(char *buf, size_t n)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gdr_utc_format(buf, n, &ts);
+}
+
+/* glibc's strerror translates through gettext, which reads LANGUAGE with getenv on every call. */
+const char *gdr_strerror(int err)
+{
+	const char *s = strerrordesc_np(err);
+
+	return s ? s : "Unknown error";
+}
 
 GDR_EXPORT int gdr_set_log_level(int level)
 {
@@ -209,7 +262,7 @@ static int log_fd(void)
 				msg, sizeof(msg),
 				"gdrcache[%d] warn: GDRCACHE_LOG_FILE=%s cannot be opened (%s): "
 				"logging to stderr\n",
-				(int)getpid(), tmpl, strerror(err < 0 ? -err : err));
+				(int)getpid(), tmpl, gdr_strerror(err < 0 ? -err : err));
 
 			if (n > 0 && gdr_stderr_fd() >= 0)
 				(void)gdr_write_quiet(2, msg,
@@ -232,8 +285,6 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 	int saved = errno, n;
 	uint64_t suppressed = 0;
 	char msg[512], more[64] = "", when[32], out[768];
-	struct timespec ts;
-	struct tm tm;
 
 	if (level < GDR_LOG_DEBUG && !site_allows(func, line, &suppressed)) {
 		errno = saved;
@@ -243,12 +294,9 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 	if (suppressed)
 		snprintf(more, sizeof(more), "; %llu more like this suppressed",
 			 (unsigned long long)suppressed);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s.%03ldZ %s: %s (%s:%d%s)\n",
-		     (int)getpid(), (long)syscall(SYS_gettid), when, ts.tv_nsec / 1000000, name,
-		     msg, func, line, more);
+	gdr_utc_stamp(when, sizeof(when));
+	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s %s: %s (%s:%d%s)\n", (int)getpid(),
+		     (long)syscall(SYS_gettid), when, name, msg, func, line, more);
 	if (n >= (int)sizeof(out)) { /* cut: still one line */
 		n = sizeof(out) - 1;
 		out[n - 1] = '\n';

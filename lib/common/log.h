@@ -3,12 +3,21 @@
 #ifndef GDR_COMMON_LOG_H
 #define GDR_COMMON_LOG_H
 
+#include <stddef.h>
+#include <time.h>
+
 #include "gdrcache.h"
 
 extern int gdr_log_level; /* process-wide; read and written with __atomic (gdr_set_log_level) */
 /* Per call site: the first GDR_LOG_BURST lines, then one per GDR_LOG_INTERVAL_S seconds (log.c). */
 #define GDR_LOG_BURST 10
 #define GDR_LOG_INTERVAL_S 5
+/* The time now, UTC, as YYYY-MM-DDTHH:MM:SS.mmmZ (24 bytes with the NUL; cut to n), and the
+ * same for a given time: computed here, reading neither the environment nor the locale (log.c). */
+void gdr_utc_stamp(char *buf, size_t n);
+void gdr_utc_format(char *buf, size_t n, const struct timespec *ts);
+/* An errno's text, untranslated: strerror reads LANGUAGE from the environment (log.c). */
+const char *gdr_strerror(int err);
 void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define gdr_log(level, ...)                                                                        \

@@ -188,6 +188,52 @@ static void test_log_file_unopenable(void **state)
 	assert_non_null(strstr(err, " error: from the fork child ("));
 }
 
+/* The time stamp of every line and statistics record (gdr_utc_format: no gmtime_r, which reads TZ)
+ * is what gmtime_r and strftime give: the epoch, leap days, centuries (2100 is not a leap year,
+ * 2000 is), before 1970, the far future, and 100,000 times at random. */
+static void expect_same_as_gmtime(time_t sec, long nsec)
+{
+	struct timespec ts = { sec, nsec };
+	char mine[64], want[64], cut[8];
+	struct tm tm;
+
+	assert_non_null(gmtime_r(&sec, &tm));
+	strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(want + strlen(want), sizeof(want) - strlen(want), ".%03ldZ", nsec / 1000000);
+	gdr_utc_format(mine, sizeof(mine), &ts);
+	if (strcmp(mine, want))
+		fail_msg("%lld.%09ld: %s, gmtime_r says %s", (long long)sec, nsec, mine, want);
+	gdr_utc_format(cut, sizeof(cut), &ts); /* cut, still terminated */
+	assert_int_equal(strlen(cut), sizeof(cut) - 1);
+	assert_memory_equal(cut, want, sizeof(cut) - 1);
+}
+
+static void test_utc_stamp_is_gmtime(void **state)
+{
+	static const time_t fixed[] = {
+		0,	    -1,		59,	    86399,	 86400,	     951782399, /* 2000-02-28T23:59:59 */
+		951782400,  951868800,	4107542399, 4107542400,	 4102444800, /* 2100-01-01 */
+		-86400,	    -2208988800, 253402300799, 1795807135, 68256000000,
+	};
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	char now[32];
+	(void)state;
+
+	for (unsigned i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		expect_same_as_gmtime(fixed[i], 999999999);
+	for (int i = 0; i < 100000; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		/* 2^36 s from 1000-01-01: years 1000 to 3177 (strftime pads no year to 4 digits) */
+		expect_same_as_gmtime((time_t)(int64_t)(x % (1ull << 36)) - 30610224000ll,
+				      (long)(x >> 40) % 1000000000);
+	}
+	gdr_utc_stamp(now, sizeof(now));
+	assert_int_equal(strlen(now), 24);
+	assert_int_equal(now[23], 'Z');
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -195,6 +241,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_one_line_per_interval_with_the_count),
 		cmocka_unit_test(test_log_file),
 		cmocka_unit_test(test_log_file_unopenable),
+		cmocka_unit_test(test_utc_stamp_is_gmtime),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,16 +39,23 @@
 #include "fake_cuda.h"
 #include "fakes.h"
 
-/* Runs this program again in mode with the environment pairs (NULL-terminated); its exit status
- * (77: it cannot exec itself) and its stderr in err. Killed after 60 s. */
-static int child(const char *mode, char *err, size_t n, ...)
+/* Runs this program again in mode with the environment pairs; its exit status (77: it cannot exec
+ * itself) and its stderr in err. stderr is a pipe, or with to_file a file the child may read back
+ * (pread on descriptor 2). Killed after 60 s. */
+static int child_run(bool to_file, const char *mode, char *err, size_t n, va_list ap)
 {
+	char path[] = "/tmp/gdr_life_XXXXXX";
 	int p[2], status;
 	ssize_t r, total = 0;
 	pid_t pid;
-	va_list ap;
 
-	assert_int_equal(pipe(p), 0);
+	if (to_file) {
+		assert_true((p[0] = mkstemp(path)) >= 0);
+		unlink(path);
+		p[1] = dup(p[0]);
+	} else {
+		assert_int_equal(pipe(p), 0);
+	}
 	pid = fork();
 	if (!pid) {
 		const char *name;
@@ -56,27 +64,56 @@ static int child(const char *mode, char *err, size_t n, ...)
 		dup2(p[1], 2);
 		close(p[0]);
 		close(p[1]);
-		va_start(ap, n);
 		while ((name = va_arg(ap, const char *)))
 			setenv(name, va_arg(ap, const char *), 1);
-		va_end(ap);
 		execl("/proc/self/exe", "test_process_life", mode, (char *)NULL);
 		_exit(77);
 	}
 	close(p[1]);
-	while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
-		total += r;
-	/* The rest read and dropped: a writer must not die of SIGPIPE because the text was long. */
-	while (r >= 0 && (r = read(p[0], (char[256]){ 0 }, 256)) > 0)
-		;
+	if (to_file) {
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		total = pread(p[0], err, n - 1, 0);
+		assert_true(total >= 0);
+	} else {
+		while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
+			total += r;
+		/* The rest read and dropped: a writer must not die of SIGPIPE because the text was
+		 * long. */
+		while (r >= 0 && (r = read(p[0], (char[256]){ 0 }, 256)) > 0)
+			;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+	}
 	err[total] = '\0';
 	close(p[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
 	if (WIFSIGNALED(status))
 		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)
 		skip();
 	return WEXITSTATUS(status);
+}
+
+/* child_run with stderr a pipe, the environment pairs NULL-terminated. */
+static int child(const char *mode, char *err, size_t n, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, n);
+	rc = child_run(false, mode, err, n, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* The same with stderr a file the child can read back. */
+static int child_file(const char *mode, char *err, size_t n, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, n);
+	rc = child_run(true, mode, err, n, ap);
+	va_end(ap);
+	return rc;
 }
 
 /* A cache with a miss and two hits, nothing held (dmabuf backend: no PD needed). */
@@ -625,6 +662,73 @@ static void test_stderr_broken_pipe(void **state)
 		fail_msg("exit %d", rc);
 }
 
+/* ---- The library's own threads and the program's environment -------------------------------- */
+
+/* The statistics thread prints on the signal, and another thread logs, while the program's
+ * environ points at memory that faults on any read: what a program that rebuilds its environment
+ * meanwhile (bash before each command; setenv reallocating the array) exposes. The old code read
+ * it there: gmtime_r's first call reads TZ, strerror reads LANGUAGE (bash under the preload died
+ * of SIGSEGV in the statistics thread's getenv("TZ")). */
+static void *log_one_line(void *arg)
+{
+	(void)arg;
+	gdr_set_log_level(99); /* an error line: refused */
+	return NULL;
+}
+
+/* Whether stderr (a file, child_file) holds needle yet. */
+static bool stderr_has(const char *needle)
+{
+	static char text[65536];
+	ssize_t n = pread(2, text, sizeof(text) - 1, 0);
+
+	if (n < 0)
+		return false;
+	text[n] = '\0';
+	return strstr(text, needle) != NULL;
+}
+
+static int mode_env_poisoned(void)
+{
+	extern char **environ;
+	struct gdr_cache *c = busy_cache();
+	char **saved = environ;
+	void *page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	pthread_t t;
+	int waited = 0;
+
+	if (page == MAP_FAILED)
+		return 10;
+	environ = page;
+	raise(SIGUSR2);
+	while (!stderr_has("\"why\": \"signal\"") && waited++ < 2000) /* 20 s */
+		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+	if (pthread_create(&t, NULL, log_one_line, NULL) || pthread_join(t, NULL))
+		return 11;
+	environ = saved;
+	if (waited > 2000)
+		return 12;
+	return gdr_cache_destroy(c) ? 13 : 0;
+}
+
+static void test_library_threads_read_no_environment(void **state)
+{
+	static char err[65536];
+	int rc;
+	(void)state;
+
+	/* The statistics file cannot be opened (its directory does not exist): the thread says why
+	 * (errno's text) and writes the record to stderr. */
+	rc = child_file("--env-poisoned", err, sizeof(err), "GDRCACHE_BACKEND", "dmabuf",
+			"GDRCACHE_STATS", "file:/nonexistent-gdr-dir/stats",
+			"GDRCACHE_STATS_SIGNAL", "USR2", "GDRCACHE_LOG", "warn", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+	assert_non_null(strstr(err, "cannot be opened (No such file or directory)"));
+	assert_non_null(strstr(err, "\"why\": \"signal\""));
+	assert_non_null(strstr(err, "unknown log level 99"));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -638,6 +742,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_fork_while_registering),
 		cmocka_unit_test(test_destroy_after_exit_records),
 		cmocka_unit_test(test_stderr_broken_pipe),
+		cmocka_unit_test(test_library_threads_read_no_environment),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--fork-signal"))
@@ -652,6 +757,8 @@ int main(int argc, char **argv)
 		return mode_dtor_destroy();
 	if (argc > 1 && !strcmp(argv[1], "--exit-busy"))
 		return mode_exit_busy();
+	if (argc > 1 && !strcmp(argv[1], "--env-poisoned"))
+		return mode_env_poisoned();
 	if (argc > 1 && !strcmp(argv[1], "--signal-storm"))
 		return mode_signal_storm();
 	return cmocka_run_group_tests(tests, NULL, NULL);
