@@ -43,7 +43,9 @@
  *   GDRCACHE_MAX_ENTRIES   most cached entries (default one per MiB of GDRCACHE_MAX_BYTES, at least
  *                          4096)
  *   GDRCACHE_MAX_PIN_BYTES allocations up to this size may be pinned whole, larger ones in the
- *                          requested range (default an eighth of GDRCACHE_MAX_BYTES, at least 256M)
+ *                          requested range (default the larger of an eighth of GDRCACHE_MAX_BYTES
+ *                          and 256M, at most an eighth of the smallest GPU's min(BAR1, memory),
+ *                          else 256M)
  *   GDRCACHE_BACKEND       how ranges are pinned: auto, kmod, dmabuf or peermem (default auto)
  *   GDRCACHE_VALIDATE      how a hit is proven: auto, tag or events (default auto)
  *   GDRCACHE_STATS         write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1

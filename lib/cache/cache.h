@@ -289,6 +289,10 @@ void gdr_settle(struct gdr_cache *c);
 void gdr_reap_detached(struct gdr_cache *c);
 void gdr_quiesce_mark(struct gdr_entry *e, struct gdr_entry **cand);
 int gdr_evict(struct gdr_cache *c, uint64_t need);
+/* create.c: the limits the settings left DEFAULT, from the devices (apart for the tests). */
+struct gdr_cuda_devices;
+void gdr_derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set,
+		       const struct gdr_cuda_devices *dev);
 int gdr_drop_unheld(struct gdr_cache *c);
 int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all);
 int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n);

@@ -158,22 +158,22 @@ static void settings_sources(struct gdr_cache_settings *set, uint64_t attr_mask)
 }
 
 /* The limits neither the environment nor the attributes set (set's *_from: DEFAULT), from the
- * devices: unreferenced pins up to half of what the GPUs can have pinned (the smaller of BAR1 and
- * memory: an 80 GB H100 with 128 GiB of BAR1 gets 40 GiB), an entry per MiB of that (at least the
- * fixed default), a whole allocation pinned up to an eighth of it. Without device facts the fixed
- * defaults stay. Marks those it set DEVICES, and writes what they came from into set->limits_why. */
-static void derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set)
+ * devices: unreferenced pins up to half of what the GPUs can have pinned (each GPU the smaller of
+ * its BAR1 and memory, summed: an 80 GB H100 with 128 GiB of BAR1 gets 40 GiB); an entry per MiB of
+ * that, never fewer than the fixed default; a whole allocation pinned up to an eighth of the budget
+ * where that is more than the fixed default, and never more than an eighth of what the smallest GPU
+ * can have pinned (5 GiB pins would take the whole BAR1 of a GPU with 256 MiB beside an H100: 32 MiB
+ * there). Without device facts the fixed defaults stay. Marks those it set DEVICES, and writes what
+ * they came from into set->limits_why. */
+void gdr_derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set,
+		       const struct gdr_cuda_devices *dev)
 {
-	const struct gdr_cuda_devices *dev = gdr_cuda_devices();
-	uint64_t pinnable;
+	uint64_t pin;
 
-	pinnable = dev->bar1 && dev->mem ? (dev->bar1 < dev->mem ? dev->bar1 : dev->mem)
-		   : dev->bar1           ? dev->bar1
-					 : dev->mem;
-	if (!pinnable)
+	if (!dev->pinnable)
 		return;
 	if (set->max_bytes_from == GDR_SETTING_DEFAULT) {
-		cfg->max_bytes = pinnable / 2;
+		cfg->max_bytes = dev->pinnable / 2;
 		set->max_bytes_from = GDR_SETTING_DEVICES;
 	}
 	if (set->max_entries_from == GDR_SETTING_DEFAULT) {
@@ -184,9 +184,11 @@ static void derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set
 			set->max_entries_from = GDR_SETTING_DEVICES;
 		}
 	}
-	if (set->max_pin_bytes_from == GDR_SETTING_DEFAULT &&
-	    cfg->max_bytes / 8 > cfg->max_pin_bytes) {
-		cfg->max_pin_bytes = cfg->max_bytes / 8;
+	pin = cfg->max_bytes / 8 > cfg->max_pin_bytes ? cfg->max_bytes / 8 : cfg->max_pin_bytes;
+	if (pin > dev->pinnable_min / 8)
+		pin = dev->pinnable_min / 8;
+	if (set->max_pin_bytes_from == GDR_SETTING_DEFAULT && pin && pin != cfg->max_pin_bytes) {
+		cfg->max_pin_bytes = pin;
 		set->max_pin_bytes_from = GDR_SETTING_DEVICES;
 	}
 	snprintf(set->limits_why, sizeof(set->limits_why), "from the devices (%s)", dev->why);
@@ -257,7 +259,7 @@ int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_c
 	c->cuda_ok = gdr_cuda_load() == 0;
 	settings_sources(&c->set, attr ? attr->field_mask : 0);
 	if (c->cuda_ok)
-		derive_limits(&c->cfg, &c->set);
+		gdr_derive_limits(&c->cfg, &c->set, gdr_cuda_devices());
 	rc = choose_validation(c);
 	if (rc) {
 		free(c);

@@ -275,7 +275,8 @@ static const struct row {
 	  .parse = parse_nonzero_size,
 	  .field = &config.max_pin_bytes,
 	  .form = "a size > 0: digits, then K, M, G or T (e.g. 256M)",
-	  .dflt = "an eighth of GDRCACHE_MAX_BYTES, at least 256M",
+	  .dflt = "the larger of an eighth of GDRCACHE_MAX_BYTES and 256M, at most an eighth of "
+		  "the smallest GPU's min(BAR1, memory), else 256M",
 	  .desc = "allocations up to this size may be pinned whole, larger ones in the requested "
 		  "range" },
 	{ .name = "GDRCACHE_BACKEND",

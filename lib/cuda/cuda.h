@@ -42,11 +42,16 @@ int gdr_cuda_device_count(void);
 /* devices.c: what the GPUs offer to pins, found once per process (the first call). */
 struct gdr_cuda_devices {
 	uint64_t bar1, mem; /* summed over the devices that told (0: none did) */
+	/* What each device can have pinned, the smaller of its BAR1 and memory (the one it told where
+	 * it told one): summed, and the least of them. */
+	uint64_t pinnable, pinnable_min;
 	int ndev;
 	char why[160];      /* what they were derived from, for the info line */
 	char bar1_miss[96]; /* the first sysfs file that gave no BAR1 size */
 };
 const struct gdr_cuda_devices *gdr_cuda_devices(void);
+/* One device's BAR1 and memory (0: unknown) added to f (devices.c; apart for the tests). */
+GDR_HIDDEN void gdr_cuda_devices_add(struct gdr_cuda_devices *f, uint64_t bar1, uint64_t mem);
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
 GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
 /* Make the device's primary context current on a thread that has none or another device's (an

@@ -43,6 +43,20 @@ static uint64_t bar1_size(int dev)
 	return size;
 }
 
+/* Per device, not min(sum of BAR1, sum of memory): a 16 GB GPU with 256 MiB of BAR1 beside an 80 GB
+ * one with 128 GiB can have 80 GiB + 256 MiB pinned, not 96 GiB. */
+void gdr_cuda_devices_add(struct gdr_cuda_devices *f, uint64_t bar1, uint64_t mem)
+{
+	uint64_t p = bar1 && mem ? (bar1 < mem ? bar1 : mem) : bar1 ? bar1 : mem;
+
+	f->bar1 += bar1;
+	f->mem += mem;
+	f->pinnable += p;
+	if (p && (!f->pinnable_min || p < f->pinnable_min))
+		f->pinnable_min = p;
+	f->ndev += p != 0;
+}
+
 static void devices_init(void)
 {
 	int (*total_mem)(size_t * bytes, int dev) = NULL;
@@ -57,9 +71,7 @@ static void devices_init(void)
 
 		if (total_mem && total_mem(&mem, d) != 0)
 			mem = 0;
-		dev_facts.bar1 += bar1;
-		dev_facts.mem += mem;
-		dev_facts.ndev += bar1 || mem;
+		gdr_cuda_devices_add(&dev_facts, bar1, mem);
 	}
 	snprintf(dev_facts.why, sizeof(dev_facts.why),
 		 "%d GPU%s: BAR1 %" PRIu64 " MiB%s%s, memory %" PRIu64 " MiB", dev_facts.ndev,

@@ -17,7 +17,9 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "cache/cache.h"
 #include "common/log.h" /* gdr_log_level */
+#include "cuda/cuda.h"
 
 static void test_parse_size(void **state)
 {
@@ -290,6 +292,67 @@ static void test_switch(void **state)
 	assert_int_equal(child("--tests", "GDRCACHE_NO_MEMBARRIER", "0", NULL, 0), 1);
 }
 
+/* The default limits from the GPUs (gdr_derive_limits): what each GPU can have pinned is the
+ * smaller of its BAR1 and its memory, summed over the GPUs (not the smaller of the sums); the budget
+ * half of that; a whole allocation's pin at most an eighth of the smallest GPU's. */
+static void expect_limits(const struct gdr_cuda_devices *dev, uint64_t max_bytes,
+			  uint64_t max_entries, uint64_t max_pin)
+{
+	struct gdr_config cfg = { 0 };
+	struct gdr_cache_settings set = { 0 }; /* every *_from DEFAULT */
+
+	cfg.max_bytes = 4ULL << 30; /* the fixed defaults */
+	cfg.max_entries = 4096;
+	cfg.max_pin_bytes = 256ULL << 20;
+	gdr_derive_limits(&cfg, &set, dev);
+	assert_int_equal(cfg.max_bytes, max_bytes);
+	assert_int_equal(cfg.max_entries, max_entries);
+	assert_int_equal(cfg.max_pin_bytes, max_pin);
+}
+
+static void test_limits_from_mixed_gpus(void **state)
+{
+	const uint64_t MiB = 1ULL << 20, GiB = 1ULL << 30, h100 = 81559 * MiB;
+	struct gdr_cuda_devices none = { 0 }, one = { 0 }, two = { 0 }, mixed = { 0 }, t4 = { 0 };
+	struct gdr_config cfg = { 0 };
+	struct gdr_cache_settings set = { 0 };
+	(void)state;
+
+	expect_limits(&none, 4 * GiB, 4096, 256 * MiB); /* nothing known: the fixed defaults */
+	gdr_cuda_devices_add(&one, 128 * GiB, h100);    /* an H100: memory is the smaller */
+	assert_int_equal(one.ndev, 1);
+	expect_limits(&one, h100 / 2, (h100 / 2) >> 20, h100 / 16);
+	gdr_cuda_devices_add(&two, 128 * GiB, h100);
+	gdr_cuda_devices_add(&two, 128 * GiB, h100);
+	expect_limits(&two, h100, h100 >> 20, h100 / 8);
+	/* An H100 and a 16 GB GPU with 256 MiB of BAR1: 80 GiB + 256 MiB pinnable, not
+	 * min(128 GiB + 256 MiB, 96 GiB); a whole pin fits the small GPU's BAR1 eight times. */
+	gdr_cuda_devices_add(&mixed, 128 * GiB, h100);
+	gdr_cuda_devices_add(&mixed, 256 * MiB, 16 * GiB);
+	assert_int_equal(mixed.pinnable, h100 + 256 * MiB);
+	assert_int_equal(mixed.pinnable_min, 256 * MiB);
+	assert_int_equal(mixed.ndev, 2);
+	expect_limits(&mixed, (h100 + 256 * MiB) / 2, ((h100 + 256 * MiB) / 2) >> 20, 32 * MiB);
+	/* One such GPU alone: the budget below the fixed default, and so is the whole pin. */
+	gdr_cuda_devices_add(&t4, 256 * MiB, 16 * GiB);
+	expect_limits(&t4, 128 * MiB, 4096, 32 * MiB);
+	/* A device that told only one of the two counts by it. */
+	gdr_cuda_devices_add(&t4, 0, 8 * GiB);
+	assert_int_equal(t4.pinnable, 8 * GiB + 256 * MiB);
+	assert_int_equal(t4.pinnable_min, 256 * MiB);
+	/* Limits the program set are kept: only the pin's derived one moves. */
+	cfg.max_bytes = 1 * GiB;
+	cfg.max_entries = 100;
+	cfg.max_pin_bytes = 256 * MiB;
+	set.max_bytes_from = GDR_SETTING_ENV;
+	set.max_entries_from = GDR_SETTING_ATTR;
+	gdr_derive_limits(&cfg, &set, &mixed);
+	assert_int_equal(cfg.max_bytes, 1 * GiB);
+	assert_int_equal(cfg.max_entries, 100);
+	assert_int_equal(cfg.max_pin_bytes, 32 * MiB);
+	assert_int_equal(set.max_pin_bytes_from, GDR_SETTING_DEVICES);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,6 +365,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_same_meaning_as_preload),
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_switch),
+		cmocka_unit_test(test_limits_from_mixed_gpus),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child")) {
