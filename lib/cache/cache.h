@@ -223,6 +223,7 @@ struct gdr_cache {
 	uint32_t tag_reach_n; /* indexed entries that reach that far (at least: a recount at 0) */
 	uint64_t events_examined;     /* entries looked at by events (white-box tests) */
 	struct gdr_cache *next_live;  /* the process's live caches, for GDRCACHE_STATS at exit */
+	int stats_pid;                /* the process that made it (its records in a fork child) */
 	struct gdr_cache *next_alive; /* every live cache (thread.c) */
 	/* Holds given back under the lock by a thread that held none of the record itself, by
 	 * slot (thread.c), a chunk allocated with the first thread's counters of it. */

@@ -191,8 +191,15 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 void gdr_stats_print(struct gdr_cache *c, const char *why)
 {
 	struct gdr_cache_stats st, *s = &st;
-	char icpt[512];
+	char icpt[512], why_child[64];
 	uint64_t exact_mrs, exact_replaced;
+
+	/* A child of fork() inherits the parent's caches with their counts: its records say so, or
+	 * whoever sums the records by pid counts the parent's registrations twice. */
+	if (c->stats_pid && c->stats_pid != (int)getpid()) {
+		snprintf(why_child, sizeof(why_child), "%s, child of fork", why);
+		why = why_child;
+	}
 
 	pthread_mutex_lock(&c->lock);
 	gdr_stats_collect(c, s);
@@ -398,6 +405,7 @@ void gdr_stats_track(struct gdr_cache *c)
 	if (!c->cfg.stats)
 		return;
 	gdr_stats_signal_setup();
+	c->stats_pid = (int)getpid();
 	pthread_mutex_lock(&live_lock);
 	if (!registered) {
 		registered = true;

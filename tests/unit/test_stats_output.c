@@ -172,6 +172,26 @@ static void test_signal(void **state)
 	assert_non_null(strstr(err, "GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not"));
 }
 
+/* A child of fork() that exits, or destroys the cache it inherited, writes the parent's counts: its
+ * records say it is a child (the parent's do not), so that records summed by pid are not counted
+ * twice. */
+static void test_fork_child_records(void **state)
+{
+	char err[4096], out[16384], *child_line, *parent_line;
+	(void)state;
+
+	assert_int_equal(child("--fork", err, sizeof(err), "GDRCACHE_STATS", file_of("fork.%p"),
+			       "GDRCACHE_STATS_FORMAT", "json", NULL), 0);
+	assert_string_equal(err, "");
+	assert_int_equal(slurp("fork.", out, sizeof(out)), 2); /* the parent's file, the child's */
+	child_line = strstr(out, "\"why\": \"destroy, child of fork\"");
+	assert_non_null(child_line);
+	assert_non_null(strstr(out, "\"why\": \"at exit, child of fork\""));
+	parent_line = strstr(out, "\"why\": \"at exit\"");
+	assert_non_null(parent_line);
+	assert_non_null(strstr(out, "\"why\": \"destroy\""));
+}
+
 /* Malformed values: no cache, a message naming the variable. */
 static void test_malformed(void **state)
 {
@@ -257,6 +277,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_file_unopenable),
 		cmocka_unit_test(test_signal),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_fork_child_records),
 	};
 	int rc;
 
@@ -267,6 +288,21 @@ int main(int argc, char **argv)
 		alive = busy_cache(); /* left alive: its record at exit */
 		(void)alive;
 		return gdr_cache_destroy(busy_cache()) ? 1 : 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--fork")) {
+		/* Two caches; the child destroys one and exits with the other; so does the parent. */
+		struct gdr_cache *kept = busy_cache(), *gone = busy_cache();
+		int status;
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return 1;
+		if (!pid)
+			exit(gdr_cache_destroy(gone) ? 2 : 0);
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+			return 3;
+		(void)kept;
+		return gdr_cache_destroy(gone) ? 4 : 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "--signal"))
 		return child_signal(true);
