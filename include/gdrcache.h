@@ -11,7 +11,9 @@
  *
  * Thread safety: every function may be called from any thread on the same or different caches at the
  * same time; a registration may be released from any thread, once. A hit takes no lock and writes no
- * memory that another thread's hit writes.
+ * memory that another thread's hit writes. A thread cancelled (pthread_cancel) inside the library,
+ * or inside a CUDA free it intercepts, is never cancelled while the library holds a lock or
+ * announces the free: the cancellation then acts at the thread's next cancellation point.
  *
  * Free events and a buffer freed while it is being registered: a gdr_reg that meets a free of its
  * own buffer in progress on another thread waits for the free to return, then registers what is at

@@ -15,6 +15,8 @@
 
 /* Cache locks this thread holds: an intercepted free on this thread must not wait for one. */
 __thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* Its cancellation state before the outermost of them (cache.h: none acts while one is held). */
+__thread int gdr_cache_cancel_state __attribute__((tls_model("initial-exec")));
 /* Set while this thread applies events for the hooks (no recursion from gdr_cache_unlock). */
 __thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
 

@@ -242,17 +242,25 @@ static inline struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
 
 /* ---- between the cache's files ---------------------------------------------------------------- */
 /* The lock. gdr_cache_unlock (record.c) ends every locked operation: it settles what was dropped,
- * reclaims, and applies the free events a hook left to this lock's holder; _plain only unlocks. */
+ * reclaims, and applies the free events a hook left to this lock's holder; _plain only unlocks.
+ * No cancellation point acts while a thread holds a cache lock: a log line's write, a dma-buf's
+ * close, libibverbs' command write are ones, and a thread cancelled there (pthread_cancel of a
+ * thread in gdr_reg, or in a cuMemFree whose hook releases pins) would leave the lock held and
+ * every other thread waiting for it for ever. A pending cancellation acts at the caller's next
+ * cancellation point. The count goes up before the wait: a signal handler on this thread (stats.c,
+ * exit() from one) then knows the lock may be its own. */
 static inline void gdr_cache_lock(struct gdr_cache *c)
 {
+	if (!gdr_cache_locks_held++)
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &gdr_cache_cancel_state);
 	pthread_mutex_lock(&c->lock);
-	gdr_cache_locks_held++;
 }
 
 static inline void gdr_cache_unlock_plain(struct gdr_cache *c)
 {
-	gdr_cache_locks_held--;
 	pthread_mutex_unlock(&c->lock);
+	if (!--gdr_cache_locks_held)
+		pthread_setcancelstate(gdr_cache_cancel_state, NULL);
 }
 
 void gdr_cache_unlock(struct gdr_cache *c);

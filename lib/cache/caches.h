@@ -8,6 +8,8 @@
 
 /* Cache locks this thread holds (a hook must not wait for one then). */
 extern GDR_HIDDEN __thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
+/* This thread's cancellation state before its outermost cache lock (cache.h, gdr_cache_lock). */
+extern GDR_HIDDEN __thread int gdr_cache_cancel_state __attribute__((tls_model("initial-exec")));
 /* Apply pending free events in every cache now, releasing unreferenced pins of freed memory.
  * Returns the number of pins released. Takes each cache's lock in turn. */
 GDR_HIDDEN uint64_t gdr_caches_apply_events(void);

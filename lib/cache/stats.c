@@ -193,6 +193,7 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 	struct gdr_cache_stats st, *s = &st;
 	char icpt[512], why_child[64];
 	uint64_t exact_mrs, exact_replaced;
+	bool locked;
 
 	/* A child of fork() inherits the parent's caches with their counts: its records say so, or
 	 * whoever sums the records by pid counts the parent's registrations twice. */
@@ -201,9 +202,15 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		why = why_child;
 	}
 
-	pthread_mutex_lock(&c->lock);
+	/* Not waited for where this thread holds a cache lock (or waits for one): exit() from a
+	 * signal handler (a program's SIGINT handler) that interrupted a registration runs the
+	 * statistics at exit on this thread, whose lock it may be. Then the counters are read as they
+	 * are. */
+	locked = gdr_cache_locks_held ? !pthread_mutex_trylock(&c->lock)
+				      : !pthread_mutex_lock(&c->lock);
 	gdr_stats_collect(c, s);
-	pthread_mutex_unlock(&c->lock);
+	if (locked)
+		pthread_mutex_unlock(&c->lock);
 	exact_mrs = __atomic_load_n(&c->exact_mrs, __ATOMIC_RELAXED);
 	exact_replaced = __atomic_load_n(&c->exact_replaced, __ATOMIC_RELAXED);
 	gdr_hooks_stats_line(icpt, sizeof(icpt));
@@ -382,12 +389,37 @@ static void signal_setup(void)
 	}
 	pthread_detach(t);
 	sig_pid = getpid();
+	/* Over a handler of the program's, the signal keeps that handler's flags and mask: without
+	 * SA_RESTART the program has its blocking calls return EINTR on the signal, and a restart
+	 * would leave them blocked. With no handler, the calls it interrupts are restarted: the
+	 * program never asked for EINTR. */
+	sigaction(o->stats_signal, NULL, &sig_prev);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = on_signal;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigemptyset(&sa.sa_mask);
+	if ((sig_prev.sa_flags & SA_SIGINFO) ||
+	    (sig_prev.sa_handler != SIG_DFL && sig_prev.sa_handler != SIG_IGN)) {
+		sa.sa_flags =
+			sig_prev.sa_flags & (SA_RESTART | SA_NODEFER | SA_ONSTACK | SA_RESETHAND);
+		sa.sa_mask = sig_prev.sa_mask;
+	} else {
+		sa.sa_flags = SA_RESTART;
+		sigemptyset(&sa.sa_mask);
+	}
+	sa.sa_flags |= SA_SIGINFO;
 	sigaction(o->stats_signal, &sa, &sig_prev);
 	gdr_dbg("statistics on signal %d", o->stats_signal);
+}
+
+/* No cancellation point acts in the setup (a debug line's write): cancelled after the handler was
+ * installed, it would run again (pthread_once) and take its own handler for the program's, calling
+ * itself on the signal for ever. */
+static void signal_setup_once(void)
+{
+	int cancel;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	signal_setup();
+	pthread_setcancelstate(cancel, NULL);
 }
 
 static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
@@ -395,7 +427,7 @@ static pthread_once_t signal_once = PTHREAD_ONCE_INIT;
 /* For the preload: its records on the signal too (no cache needed). */
 void gdr_stats_signal_setup(void)
 {
-	pthread_once(&signal_once, signal_setup);
+	pthread_once(&signal_once, signal_setup_once);
 }
 
 void gdr_stats_track(struct gdr_cache *c)

@@ -231,7 +231,8 @@ ssize_t gdr_write_quiet(int fd, const void *p, size_t n)
 }
 
 /* The fd lines go to: GDRCACHE_LOG_FILE's, opened on first use (again in a child of fork when the
- * name has the pid in it), or 2. */
+ * name has the pid in it), or 2. No cancellation point acts under fd_lock: a thread cancelled in
+ * the open (a FIFO without a reader blocks there) would leave every later line waiting for it. */
 static int log_fd(void)
 {
 	static int fd = -1;
@@ -239,10 +240,11 @@ static int log_fd(void)
 	static bool failed;
 	const char *tmpl = gdr_config_log_file();
 	char path[4096];
-	int ret;
+	int ret, cancel;
 
 	if (!tmpl || !*tmpl)
 		return gdr_stderr_fd();
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	pthread_mutex_lock(&fd_lock);
 	if (fd >= 0 && owner != getpid() && strstr(tmpl, "%p")) {
 		close(fd);
@@ -274,6 +276,7 @@ static int log_fd(void)
 	}
 	ret = fd;
 	pthread_mutex_unlock(&fd_lock);
+	pthread_setcancelstate(cancel, NULL);
 	if (ret < 0)
 		ret = gdr_stderr_fd();
 	return ret;

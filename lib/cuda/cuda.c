@@ -83,7 +83,7 @@ static bool only_thread(void)
 	return p && strtol(p + 1, NULL, 10) == 1;
 }
 
-static void cuda_load_once(void)
+static void cuda_load(void)
 {
 	const struct gdr_config *cfg = gdr_config_get();
 	gdr_cuGetProcAddress_v2_t gpa2;
@@ -182,6 +182,19 @@ static void cuda_load_once(void)
 	cu.handle = h;
 	cu.status = 0;
 	gdr_info("CUDA driver loaded from %s", cfg->libcuda);
+}
+
+/* No cancellation point acts while the driver is loaded and patched (the patcher reads
+ * /proc/self/maps under its lock): a thread cancelled there would leave the entries half patched
+ * and the lock held, and the next thread to load the driver (pthread_once runs it again) would
+ * wait for ever. A pending cancellation acts at the caller's next cancellation point. */
+static void cuda_load_once(void)
+{
+	int cancel;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	cuda_load();
+	pthread_setcancelstate(cancel, NULL);
 }
 
 int gdr_cuda_load(void)

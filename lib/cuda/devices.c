@@ -57,12 +57,15 @@ void gdr_cuda_devices_add(struct gdr_cuda_devices *f, uint64_t bar1, uint64_t me
 	f->ndev += p != 0;
 }
 
+/* No cancellation point acts here (sysfs is read with stdio): a thread cancelled halfway would
+ * leave the devices it added counted, and pthread_once would run this again, counting them twice. */
 static void devices_init(void)
 {
 	int (*total_mem)(size_t * bytes, int dev) = NULL;
 	void *h = gdr_cuda_libcuda_handle();
-	int n = gdr_cuda_device_count();
+	int n = gdr_cuda_device_count(), cancel;
 
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	if (h)
 		*(void **)&total_mem = dlsym(h, "cuDeviceTotalMem_v2");
 	for (int d = 0; d < n && d < GDR_MAX_DEVICES; d++) {
@@ -78,6 +81,7 @@ static void devices_init(void)
 		 dev_facts.ndev == 1 ? "" : "s", dev_facts.bar1 >> 20,
 		 dev_facts.bar1_miss[0] ? " (not in " : "", dev_facts.bar1_miss[0] ? "sysfs)" : "",
 		 dev_facts.mem >> 20);
+	pthread_setcancelstate(cancel, NULL);
 }
 
 const struct gdr_cuda_devices *gdr_cuda_devices(void)

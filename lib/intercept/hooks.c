@@ -89,11 +89,17 @@ static uint64_t now_ns(void)
 
 struct free_scope {
 	int token;
+	int cancel; /* the thread's cancellation state before the hook */
 	uint64_t t0;
 };
 
+/* A hook is no cancellation point, whatever the driver's free is: a thread cancelled inside it
+ * (the pins' release closes dma-bufs; the driver may wait) would leave its free announced for ever
+ * (registrations of the range would wait for it) and, in the release, the caches' locks held. A
+ * pending cancellation acts at the caller's next cancellation point. */
 static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_t len)
 {
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fs->cancel);
 	fs->t0 = now_ns();
 	hook_depth++;
 	fs->token = gdr_events_free_begin(start, len);
@@ -117,6 +123,7 @@ static void free_end(struct free_scope *fs)
 	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
 		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
 	__atomic_add_fetch(&hs.free_ns, fs->t0 + now_ns() - t1, __ATOMIC_RELAXED);
+	pthread_setcancelstate(fs->cancel, NULL);
 }
 
 typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
@@ -150,6 +157,7 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
  * the context is still active publishes nothing. */
 static void ctx_begin(struct free_scope *fs, int route)
 {
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fs->cancel); /* as free_begin */
 	fs->t0 = now_ns();
 	hook_depth++;
 	fs->token = gdr_events_free_begin(0, ALL);

@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The library's code where the program does not expect it to run, and what it must not do there:
+ *  - pthread_cancel: a thread cancelled inside gdr_reg (a log line's write under the cache's lock),
+ *    inside a cuMemFree whose hook releases pins (a dma-buf's close under the caches' locks), in a
+ *    log file's open (a FIFO with no reader yet), or in the first cache's creation (the driver's
+ *    entries being patched) must leave no lock held: every other thread would wait for ever;
+ *  - the statistics signal's handler: installed over the program's own, it keeps that handler's
+ *    flags (without SA_RESTART, a blocking read the signal interrupts returns EINTR);
+ *  - exit() from a signal handler (a program's SIGINT handler) that interrupted a registration
+ *    holding the cache's lock: the statistics at exit must not wait for that lock.
+ * Each case runs this program again in a mode of its own (its own environment; the library reads it
+ * once) under an alarm, so that a hang is a failure, never a hung suite.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cuda/cuda_abi.h"
+#include "fake_cuda.h"
+#include "fakes.h"
+
+#define MiB (1024ULL * 1024)
+
+/* The fake's exported entry (the library patched it: its hook runs first). */
+gdr_CUresult cuMemFree_v2(gdr_CUdeviceptr p);
+
+/* Runs this program again in mode with the environment pairs (NULL-terminated); its stderr in err.
+ * A child killed by its alarm (30 s) hung. Returns its exit status; 77 skips. */
+static int child(const char *mode, char *err, size_t n, ...)
+{
+	int p[2], status;
+	ssize_t r, total = 0;
+	va_list ap;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	va_start(ap, n);
+	pid = fork();
+	if (!pid) {
+		const char *name;
+
+		alarm(30);
+		dup2(p[1], 2);
+		close(p[0]);
+		close(p[1]);
+		while ((name = va_arg(ap, const char *)))
+			setenv(name, va_arg(ap, const char *), 1);
+		execl("/proc/self/exe", "test_contexts", mode, (char *)NULL);
+		_exit(77);
+	}
+	va_end(ap);
+	close(p[1]);
+	while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
+		total += r;
+	while (r >= 0 && (r = read(p[0], (char[256]){ 0 }, 256)) > 0)
+		;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	err[total] = '\0';
+	close(p[0]);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
+	if (WIFSIGNALED(status))
+		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
+	if (WEXITSTATUS(status) == 77)
+		skip();
+	return WEXITSTATUS(status);
+}
+
+static void sleep_ms(long ms)
+{
+	nanosleep(&(struct timespec){ ms / 1000, ms % 1000 * 1000000 }, NULL);
+}
+
+static struct gdr_cache *dmabuf_cache(void)
+{
+	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE,
+				    .backend = GDR_BACKEND_DMABUF,
+				    .validate = GDR_VALIDATE_EVENTS };
+	struct gdr_cache *c = NULL;
+
+	if (gdr_cache_create(&a, &c))
+		exit(1);
+	return c;
+}
+
+/* A registration and its release on c, of a new buffer: the cache must still be usable. */
+static int cache_usable(struct gdr_cache *c)
+{
+	struct gdr_region *r;
+	uint64_t b = fake_cuda_alloc(MiB);
+
+	if (gdr_reg(c, NULL, (void *)(uintptr_t)b, 4096, 0, &r) || gdr_dereg(r))
+		return 1;
+	return 0;
+}
+
+/* Joins t, which must have been cancelled (not returned). */
+static int join_cancelled(pthread_t t)
+{
+	void *ret = NULL;
+
+	if (pthread_join(t, &ret))
+		return 1;
+	return ret == PTHREAD_CANCELED ? 0 : 1;
+}
+
+/* ---- pthread_cancel inside gdr_reg: its error line is written under the cache's lock ------------ */
+
+static struct gdr_cache *cc;
+
+static void *reg_cancelled(void *arg)
+{
+	struct gdr_region *r;
+	static char host[4096];
+
+	(void)arg;
+	pthread_cancel(pthread_self()); /* pending: acts at the next cancellation point */
+	/* Host memory without a PD: refused, and said at error level (a write), under the lock. */
+	if (gdr_reg(cc, NULL, host, sizeof(host), 0, &r) != -EINVAL)
+		return NULL;
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_reg(void)
+{
+	pthread_t t;
+
+	cc = dmabuf_cache();
+	if (cache_usable(cc))
+		return 2;
+	if (pthread_create(&t, NULL, reg_cancelled, NULL) || join_cancelled(t))
+		return 3;
+	if (cache_usable(cc)) /* the lock: held for ever by the cancelled thread on the old code */
+		return 4;
+	return gdr_cache_destroy(cc) ? 5 : 0;
+}
+
+static void test_cancel_inside_reg(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--cancel-reg", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* ---- pthread_cancel inside cuMemFree: its hook closes the freed buffer's dma-buf ---------------- */
+
+static uint64_t freed;
+
+static void *free_cancelled(void *arg)
+{
+	(void)arg;
+	pthread_cancel(pthread_self());
+	/* The hook releases the unreferenced pin of the buffer: close(2) of its dma-buf, with the
+	 * list of caches and the cache locked. */
+	if (cuMemFree_v2(freed) != GDR_CUDA_SUCCESS)
+		return NULL;
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_free(void)
+{
+	struct gdr_region *r;
+	pthread_t t;
+
+	cc = dmabuf_cache();
+	freed = fake_cuda_alloc(MiB);
+	if (gdr_reg(cc, NULL, (void *)(uintptr_t)freed, 4096, 0, &r) || gdr_dereg(r))
+		return 2;
+	if (fake_cuda_open_dmabufs() != 1)
+		return 77; /* no dma-buf to close: nothing to prove */
+	if (pthread_create(&t, NULL, free_cancelled, NULL) || join_cancelled(t))
+		return 3;
+	if (fake_cuda_open_dmabufs() != 0)
+		return 4; /* the free released the pin before it returned */
+	if (cache_usable(cc))
+		return 5;
+	return gdr_cache_destroy(cc) ? 6 : 0;
+}
+
+static void test_cancel_inside_free_hook(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--cancel-free", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* ---- pthread_cancel in the log file's open (a FIFO: open blocks until a reader comes) ----------- */
+
+static void *log_line(void *arg)
+{
+	(void)arg;
+	gdr_set_log_level(99); /* the process's first line: the log file is opened */
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_log_open(void)
+{
+	const char *fifo = getenv("GDRCACHE_LOG_FILE");
+	int rd;
+	pthread_t t;
+
+	if (!fifo || mkfifo(fifo, 0600))
+		return 77;
+	gdr_set_log_level(GDR_LOG_ERROR); /* the configuration read, nothing logged yet */
+	if (pthread_create(&t, NULL, log_line, NULL))
+		return 2;
+	sleep_ms(200); /* it waits in open(2) for a reader */
+	pthread_cancel(t);
+	sleep_ms(100); /* the old code: it is gone now, the log's lock held */
+	rd = open(fifo, O_RDONLY | O_NONBLOCK);
+	if (rd < 0 || join_cancelled(t))
+		return 3;
+	gdr_set_log_level(99); /* another line: must not wait for the cancelled thread's lock */
+	close(rd);
+	unlink(fifo);
+	return 0;
+}
+
+static void test_cancel_in_log_open(void **state)
+{
+	static char dir[] = "/tmp/gdr_ctx_XXXXXX";
+	char err[8192], fifo[256];
+	int rc;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/log", dir);
+	rc = child("--cancel-log-open", err, sizeof(err), "GDRCACHE_LOG", "error",
+		   "GDRCACHE_LOG_FILE", fifo, NULL);
+	unlink(fifo);
+	rmdir(dir);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* ---- pthread_cancel in the process's first cache creation (the driver is loaded and patched) ---- */
+
+static void *create_cancelled(void *arg)
+{
+	struct gdr_cache *c = NULL;
+
+	(void)arg;
+	pthread_cancel(pthread_self());
+	if (!gdr_cache_create(NULL, &c))
+		gdr_cache_destroy(c);
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_create(void)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, create_cancelled, NULL) || join_cancelled(t))
+		return 2;
+	cc = dmabuf_cache();
+	if (cache_usable(cc))
+		return 3;
+	return gdr_cache_destroy(cc) ? 4 : 0;
+}
+
+static void test_cancel_in_first_create(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--cancel-create", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* ---- the statistics signal over the program's handler: its flags kept -------------------------- */
+
+static volatile sig_atomic_t handled;
+static int rd_eintr; /* 1: the blocked read returned EINTR; 2: something else */
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	handled = 1;
+}
+
+static void *blocked_reader(void *arg)
+{
+	int fd = *(int *)arg;
+	char b;
+	ssize_t n = read(fd, &b, 1); /* nobody writes: only a signal ends it */
+
+	__atomic_store_n(&rd_eintr, n < 0 && errno == EINTR ? 1 : 2, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static int mode_sig_restart(void)
+{
+	struct sigaction sa = { .sa_handler = on_usr2 }; /* no SA_RESTART: EINTR wanted */
+	struct gdr_cache *c;
+	int p[2], got = 0;
+	pthread_t t;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR2, &sa, NULL);
+	c = dmabuf_cache(); /* installs the library's handler (GDRCACHE_STATS_SIGNAL) over it */
+	if (pipe(p) || pthread_create(&t, NULL, blocked_reader, &p[0]))
+		return 2;
+	for (int i = 0; i < 200 && !(got = __atomic_load_n(&rd_eintr, __ATOMIC_ACQUIRE)); i++) {
+		sleep_ms(50);
+		pthread_kill(t, SIGUSR2);
+	}
+	if (!got) {
+		fprintf(stderr, "the read was restarted after the signal (handler ran: %d)\n",
+			(int)handled);
+		return 3; /* the reader stays blocked: exit() ends it */
+	}
+	pthread_join(t, NULL);
+	if (got != 1 || !handled)
+		return 4;
+	return gdr_cache_destroy(c) ? 5 : 0;
+}
+
+static void test_signal_keeps_program_flags(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--sig-restart", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
+		   "GDRCACHE_STATS_SIGNAL", "USR2", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* ---- exit() from a signal handler that interrupted a locked registration ------------------------ */
+
+static void on_int_exit(int sig)
+{
+	(void)sig;
+	exit(0); /* what many programs' SIGINT handlers do */
+}
+
+/* Inside the driver during a miss: under the cache's lock. */
+static void raise_in_driver(const char *entry, void *arg)
+{
+	(void)arg;
+	if (!strcmp(entry, "cuPointerGetAttributes"))
+		raise(SIGINT);
+}
+
+static int mode_exit_in_handler(void)
+{
+	struct sigaction sa = { .sa_handler = on_int_exit };
+	struct gdr_region *r;
+	uint64_t b = fake_cuda_alloc(MiB);
+
+	cc = dmabuf_cache();
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	fake_cuda_set_enter_hook(raise_in_driver, NULL);
+	gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r); /* a miss: exits inside */
+	return 2;
+}
+
+static void test_exit_from_handler_inside_reg(void **state)
+{
+	char err[16384], tsan[1024];
+	int rc;
+	(void)state;
+
+	/* exit() from a signal handler is what the case is about: not a finding of TSan's. */
+	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
+		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
+	rc = child("--exit-in-handler", err, sizeof(err), "GDRCACHE_STATS", "1",
+		   "GDRCACHE_STATS_FORMAT", "kv", "TSAN_OPTIONS", tsan, NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+	assert_non_null(strstr(err, "why=\"at exit\""));
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cancel_inside_reg),
+		cmocka_unit_test(test_cancel_inside_free_hook),
+		cmocka_unit_test(test_cancel_in_log_open),
+		cmocka_unit_test(test_cancel_in_first_create),
+		cmocka_unit_test(test_signal_keeps_program_flags),
+		cmocka_unit_test(test_exit_from_handler_inside_reg),
+	};
+	static const struct {
+		const char *name;
+		int (*fn)(void);
+	} modes[] = {
+		{ "--cancel-reg", mode_cancel_reg },
+		{ "--cancel-free", mode_cancel_free },
+		{ "--cancel-log-open", mode_cancel_log_open },
+		{ "--cancel-create", mode_cancel_create },
+		{ "--sig-restart", mode_sig_restart },
+		{ "--exit-in-handler", mode_exit_in_handler },
+	};
+
+	for (size_t i = 0; argc > 1 && i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (!strcmp(argv[1], modes[i].name))
+			return modes[i].fn();
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
