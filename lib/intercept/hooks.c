@@ -139,10 +139,14 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
 	{                                                                                          \
 		struct free_scope fs;                                                              \
 		gdr_CUresult rc;                                                                   \
+		int err_ = errno; /* before the call, and as the driver left it after */           \
                                                                                                    \
 		free_begin(&fs, route, start, len);                                                \
+		errno = err_;                                                                      \
 		rc = CALL_ORIG(name, params, args);                                                \
+		err_ = errno;                                                                      \
 		free_end(&fs);                                                                     \
+		errno = err_;                                                                      \
 		return rc;                                                                         \
 	}
 
@@ -186,10 +190,14 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 	{                                                                                          \
 		struct free_scope fs;                                                              \
 		gdr_CUresult rc;                                                                   \
+		int err_ = errno; /* before the call, and as the driver left it after */           \
                                                                                                    \
 		ctx_begin(&fs, route);                                                             \
+		errno = err_;                                                                      \
 		rc = CALL_ORIG(name, params, args);                                                \
+		err_ = errno;                                                                      \
 		ctx_end(&fs, release, dev);                                                        \
+		errno = err_;                                                                      \
 		return rc;                                                                         \
 	}
 

@@ -7,6 +7,8 @@
  *    entries being patched) must leave no lock held: every other thread would wait for ever;
  *  - the statistics signal's handler: installed over the program's own, it keeps that handler's
  *    flags (without SA_RESTART, a blocking read the signal interrupts returns EINTR);
+ *  - errno: an intercepted cuMemFree whose hook's release fails (the dma-buf's fd closed by the
+ *    program) leaves the program's errno as it was;
  *  - exit() from a signal handler (a program's SIGINT handler) that interrupted a registration
  *    holding the cache's lock: the statistics at exit must not wait for that lock.
  * Each case runs this program again in a mode of its own (its own environment; the library reads it
@@ -209,6 +211,45 @@ static void test_cancel_inside_free_hook(void **state)
 		fail_msg("exit %d: %s", rc, err);
 }
 
+/* ---- errno across an intercepted cuMemFree whose hook's release fails ----------------------------- */
+
+/* The program closed the cached dma-buf's fd by mistake (closing every fd of a range, say): the
+ * hook's release then fails its close(2) with EBADF, and the program's errno must not show it. */
+static int mode_errno_free(void)
+{
+	struct gdr_region *r;
+	uint64_t b, off;
+	int fd;
+
+	cc = dmabuf_cache();
+	b = fake_cuda_alloc(MiB);
+	if (gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r))
+		return 2;
+	if (gdr_region_dmabuf(r, &fd, &off))
+		return 77; /* no dma-buf: nothing to prove */
+	if (gdr_dereg(r) || close(fd))
+		return 3;
+	errno = 4242;
+	if (cuMemFree_v2(b) != GDR_CUDA_SUCCESS)
+		return 4;
+	if (errno != 4242) {
+		fprintf(stderr, "errno %d (%s) after cuMemFree\n", errno, strerrorname_np(errno));
+		return 5;
+	}
+	return gdr_cache_destroy(cc) ? 6 : 0;
+}
+
+static void test_errno_kept_by_free_hook(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--errno-free", err, sizeof(err), "GDRCACHE_LOG", "none", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
 /* ---- pthread_cancel in the log file's open (a FIFO: open blocks until a reader comes) ----------- */
 
 static void *log_line(void *arg)
@@ -407,6 +448,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cancel_inside_reg),
 		cmocka_unit_test(test_cancel_inside_free_hook),
+		cmocka_unit_test(test_errno_kept_by_free_hook),
 		cmocka_unit_test(test_cancel_in_log_open),
 		cmocka_unit_test(test_cancel_in_first_create),
 		cmocka_unit_test(test_signal_keeps_program_flags),
@@ -418,6 +460,7 @@ int main(int argc, char **argv)
 	} modes[] = {
 		{ "--cancel-reg", mode_cancel_reg },
 		{ "--cancel-free", mode_cancel_free },
+		{ "--errno-free", mode_errno_free },
 		{ "--cancel-log-open", mode_cancel_log_open },
 		{ "--cancel-create", mode_cancel_create },
 		{ "--sig-restart", mode_sig_restart },
