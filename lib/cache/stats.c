@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -326,14 +327,28 @@ static void print_live_at_exit(void)
 }
 
 static int sig_pipe[2] = { -1, -1 };
+static dev_t sig_dev; /* the pipe's, to know it again */
+static ino_t sig_ino;
 static struct sigaction sig_prev;
 static pid_t sig_pid; /* the process whose thread reads the pipe (not a child of fork) */
+
+/* Whether fd is still the pipe: a program that closes every descriptor from 3 up (daemons, job
+ * launchers) and opens its own files may have one at the pipe's number, or put one there with
+ * dup2 (a shell's exec 3>file under the preload). Neither the handler's byte goes into the
+ * program's file, nor does the thread read the program's data (or spin on its end of file).
+ * fstat is async-signal-safe. */
+static bool sig_fd_ours(int fd)
+{
+	struct stat st;
+
+	return !fstat(fd, &st) && st.st_dev == sig_dev && st.st_ino == sig_ino;
+}
 
 static void on_signal(int sig, siginfo_t *info, void *uc)
 {
 	int saved = errno;
 
-	if (getpid() == sig_pid)
+	if (getpid() == sig_pid && sig_fd_ours(sig_pipe[1]))
 		(void)!write(sig_pipe[1], "s", 1); /* full: a dump is pending anyway */
 	errno = saved;
 	if ((sig_prev.sa_flags & SA_SIGINFO) && sig_prev.sa_sigaction)
@@ -348,14 +363,17 @@ static void *signal_thread(void *arg)
 	char bytes[64];
 
 	(void)arg;
-	for (;;) {
+	while (sig_fd_ours(sig_pipe[0])) {
 		ssize_t n = read(sig_pipe[0], bytes, sizeof(bytes));
 
 		if (n > 0)
 			print_live("signal", true);
-		else if (n < 0 && errno != EINTR)
-			return NULL;
+		else if (!n || errno != EINTR)
+			break; /* the writer closed by the program: no more signals to hear */
 	}
+	gdr_log_once(GDR_LOG_WARN, "GDRCACHE_STATS_SIGNAL: the program closed or replaced the "
+				   "library's pipe: no statistics on the signal from now on");
+	return NULL;
 }
 
 /* The handler and its thread, once, if GDRCACHE_STATS_SIGNAL asks for them. */
@@ -363,6 +381,7 @@ static void signal_setup(void)
 {
 	const struct gdr_output *o = gdr_config_output();
 	struct sigaction sa;
+	struct stat st;
 	sigset_t all, old;
 	pthread_t t;
 	int rc;
@@ -374,6 +393,10 @@ static void signal_setup(void)
 		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal",
 			gdr_strerror(errno));
 		return;
+	}
+	if (!fstat(sig_pipe[0], &st)) { /* both ends: one inode */
+		sig_dev = st.st_dev;
+		sig_ino = st.st_ino;
 	}
 	/* The reader blocks; only the writer (the handler) must never. */
 	fcntl(sig_pipe[0], F_SETFL, fcntl(sig_pipe[0], F_GETFL) & ~O_NONBLOCK);

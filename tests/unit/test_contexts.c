@@ -9,6 +9,8 @@
  *    flags (without SA_RESTART, a blocking read the signal interrupts returns EINTR);
  *  - errno: an intercepted cuMemFree whose hook's release fails (the dma-buf's fd closed by the
  *    program) leaves the program's errno as it was;
+ *  - the statistics pipe's descriptors closed by the program and their numbers reused: the signal
+ *    writes nothing into the program's files, the library's thread ends;
  *  - exit() from a signal handler (a program's SIGINT handler) that interrupted a registration
  *    holding the cache's lock: the statistics at exit must not wait for that lock.
  * Each case runs this program again in a mode of its own (its own environment; the library reads it
@@ -397,6 +399,120 @@ static void test_signal_keeps_program_flags(void **state)
 		fail_msg("exit %d: %s", rc, err);
 }
 
+/* ---- the statistics pipe closed by the program, its numbers reused ------------------------------ */
+
+/* The library's statistics pipe: the one pipe of which this process has both ends, at 3 or above
+ * (the test's stderr is a pipe's write end; other pipes are single ends). The read end in fds[0],
+ * the write end in fds[1]. */
+static int find_stats_pipe(int fds[2])
+{
+	char link[64], path[64], line[128];
+	struct {
+		int fd, wr;
+		char link[64];
+	} ends[64];
+	int n = 0, pairs = 0;
+
+	for (int fd = 3; fd < 1024 && n < 64; fd++) {
+		ssize_t len;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (strncmp(link, "pipe:", 5))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof(line), f)) {
+			unsigned long flags;
+
+			if (sscanf(line, "flags: %lo", &flags) == 1) {
+				ends[n].fd = fd;
+				ends[n].wr = (flags & O_ACCMODE) == O_WRONLY;
+				snprintf(ends[n].link, sizeof(ends[n].link), "%s", link);
+				n++;
+			}
+		}
+		if (f)
+			fclose(f);
+	}
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++)
+			if (!ends[i].wr && ends[j].wr && !strcmp(ends[i].link, ends[j].link)) {
+				fds[0] = ends[i].fd;
+				fds[1] = ends[j].fd;
+				pairs++;
+			}
+	return pairs == 1 ? 0 : -1;
+}
+
+static int threads_now(void)
+{
+	int n = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* A program that closes every descriptor from 3 up (a daemon, a job launcher) and opens its own
+ * files, which take the pipe's numbers: the signal must not write into the program's file, and the
+ * library's thread must end, not spin reading the program's file. */
+static int mode_pipe_reused(void)
+{
+	char name[] = "/tmp/gdr_ctx_pipe_XXXXXX";
+	struct gdr_cache *c = dmabuf_cache(); /* the handler and its thread */
+	int fds[2], f1, f2, before = threads_now(), waited = 0;
+	struct stat st;
+
+	if (find_stats_pipe(fds))
+		return 77;
+	close(fds[0]);
+	close(fds[1]);
+	f1 = mkstemp(name); /* the lowest numbers: the pipe's */
+	f2 = open(name, O_RDWR);
+	unlink(name);
+	if (f1 < 0 || f2 < 0)
+		return 2;
+	if (!((f1 == fds[0] && f2 == fds[1]) || (f1 == fds[1] && f2 == fds[0])))
+		return 77; /* other numbers were free first: nothing to prove */
+	for (int i = 0; i < 3; i++)
+		raise(SIGUSR2); /* the handler runs on this thread, now */
+	if (fstat(f1, &st) || st.st_size) {
+		fprintf(stderr, "the signal wrote %lld bytes into the program's file\n",
+			(long long)st.st_size);
+		return 3;
+	}
+	while (threads_now() >= before && waited++ < 1000) /* 10 s: the thread ends */
+		sleep_ms(10);
+	if (threads_now() >= before) {
+		fprintf(stderr, "the statistics thread is still there (%d threads)\n", threads_now());
+		return 4;
+	}
+	return gdr_cache_destroy(c) ? 5 : 0;
+}
+
+static void test_stats_pipe_closed_by_program(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+
+	rc = child("--pipe-reused", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
+		   "GDRCACHE_STATS_SIGNAL", "USR2", "GDRCACHE_LOG", "warn", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+	assert_non_null(strstr(err, "the program closed or replaced the library's pipe"));
+}
+
 /* ---- exit() from a signal handler that interrupted a locked registration ------------------------ */
 
 static void on_int_exit(int sig)
@@ -452,6 +568,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_in_log_open),
 		cmocka_unit_test(test_cancel_in_first_create),
 		cmocka_unit_test(test_signal_keeps_program_flags),
+		cmocka_unit_test(test_stats_pipe_closed_by_program),
 		cmocka_unit_test(test_exit_from_handler_inside_reg),
 	};
 	static const struct {
@@ -464,6 +581,7 @@ int main(int argc, char **argv)
 		{ "--cancel-log-open", mode_cancel_log_open },
 		{ "--cancel-create", mode_cancel_create },
 		{ "--sig-restart", mode_sig_restart },
+		{ "--pipe-reused", mode_pipe_reused },
 		{ "--exit-in-handler", mode_exit_in_handler },
 	};
 
