@@ -393,10 +393,15 @@ config)
 		cat "$tmp/err"
 	fi
 	# GDRCACHE_STATS_SIGNAL: the preload's counters on the signal too, the program goes on.
-	out=$(LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_STATS=1 \
-		GDRCACHE_STATS_SIGNAL=USR1 bash -c 'kill -USR1 $$; sleep 0.5; echo alive' 2>&1)
-	if echo "$out" | grep -Eq 'gdrcache-preload\[[0-9]+\] stats \(signal\): cached 0 ' &&
-		echo "$out" | grep -qx alive; then
+	# The library's thread writes them when it gets to run: bash waits until they are in its
+	# stderr (a file), running commands meanwhile (each rebuilds its environment), 120 s at most.
+	sigre='gdrcache-preload\[[0-9]+\] stats \(signal\): cached 0 '
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_STATS=1 \
+		GDRCACHE_STATS_SIGNAL=USR1 bash -c 'kill -USR1 $$; i=0
+			until grep -Eq "$1" "$2" || [ $i -ge 1200 ]; do sleep 0.1; i=$((i + 1)); done
+			echo alive' sh "$sigre" "$tmp/sig.err" >"$tmp/sig.out" 2>"$tmp/sig.err"
+	out=$(cat "$tmp/sig.out" "$tmp/sig.err")
+	if grep -Eq "$sigre" "$tmp/sig.err" && grep -qx alive "$tmp/sig.out"; then
 		pass "GDRCACHE_STATS_SIGNAL=USR1: the preload's statistics on the signal"
 	else
 		fail "GDRCACHE_STATS_SIGNAL=USR1 under the preload: $out"

@@ -41,7 +41,7 @@
 
 /* Runs this program again in mode with the environment pairs; its exit status (77: it cannot exec
  * itself) and its stderr in err. stderr is a pipe, or with to_file a file the child may read back
- * (pread on descriptor 2). Killed after 60 s. */
+ * (pread on descriptor 2). Killed after 120 s. */
 static int child_run(bool to_file, const char *mode, char *err, size_t n, va_list ap)
 {
 	char path[] = "/tmp/gdr_life_XXXXXX";
@@ -60,7 +60,7 @@ static int child_run(bool to_file, const char *mode, char *err, size_t n, va_lis
 	if (!pid) {
 		const char *name;
 
-		alarm(60);
+		alarm(120);
 		dup2(p[1], 2);
 		close(p[0]);
 		close(p[1]);
@@ -132,9 +132,11 @@ static struct gdr_cache *busy_cache(void)
 	return c;
 }
 
-/* fork() up to n times while fn runs on another thread; each grandchild (alarm 3 s) runs in_child
- * and _exit()s with its result, or exit()s when exit_it (atexit handlers included). Returns 1 at
- * the first grandchild that hung (killed by the alarm), 0 if none did; any other failure exits. */
+/* fork() up to n times while fn runs on another thread; each grandchild (alarm 30 s: a hang is for
+ * ever; a few milliseconds of work, 1 s under ThreadSanitizer, whose exit sleeps 1 s, on a loaded
+ * machine more) runs in_child and _exit()s with its result, or exit()s when exit_it (atexit
+ * handlers included). Returns 1 at the first grandchild that hung (killed by the alarm), 0 if none
+ * did; any other failure exits. */
 static int forks_during(void *(*fn)(void *), int n, int (*in_child)(void), bool exit_it)
 {
 	static volatile int stop;
@@ -154,7 +156,7 @@ static int forks_during(void *(*fn)(void *), int n, int (*in_child)(void), bool 
 		if (!pid) {
 			int rc;
 
-			alarm(3);
+			alarm(30);
 			rc = in_child();
 			if (exit_it)
 				exit(rc);
@@ -701,12 +703,12 @@ static int mode_env_poisoned(void)
 		return 10;
 	environ = page;
 	raise(SIGUSR2);
-	while (!stderr_has("\"why\": \"signal\"") && waited++ < 2000) /* 20 s */
+	while (!stderr_has("\"why\": \"signal\"") && waited++ < 6000) /* 60 s */
 		nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
 	if (pthread_create(&t, NULL, log_one_line, NULL) || pthread_join(t, NULL))
 		return 11;
 	environ = saved;
-	if (waited > 2000)
+	if (waited > 6000)
 		return 12;
 	return gdr_cache_destroy(c) ? 13 : 0;
 }

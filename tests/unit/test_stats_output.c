@@ -253,9 +253,9 @@ static int child_signal(bool asked)
 		return 3;
 	raise(SIGUSR2);
 	/* The thread writes the record, and a sanitizer may deliver the signal late: wait for both
-	 * (5 s at most). */
+	 * (60 s at most: a bound for a hang, not a timing). */
 	snprintf(name, sizeof(name), "%s", getenv("GDRCACHE_STATS") + 5);
-	for (int i = 0; i < 500; i++) {
+	for (int i = 0; i < 6000; i++) {
 		FILE *f = fopen(name, "r");
 		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
 

@@ -25,12 +25,12 @@ pp() {
 	tag=$1
 	fi_pingpong -p verbs -e dgram -I 10 -S 64 >"$tag.server" 2>&1 &
 	spid=$!
-	vm-wait-listen 47592 10
+	vm-wait-listen 47592 30
 	timeout 20 fi_pingpong -p verbs -e dgram -I 10 -S 64 "$addr" >"$tag.client" 2>&1
 	echo "exit $?" >>"$tag.client"
 	i=0
-	while [ $i -lt 20 ] && kill -0 $spid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-	kill $spid 2>/dev/null && echo "server still in teardown after 2 s: killed" >>"$tag.notes"
+	while [ $i -lt 100 ] && kill -0 $spid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+	kill $spid 2>/dev/null && echo "server still in teardown after 10 s: killed" >>"$tag.notes"
 	wait $spid
 }
 # The result row without its timings: bytes, #sent, #ack, total.
