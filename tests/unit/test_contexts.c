@@ -37,45 +37,24 @@
 #include "cuda/cuda_abi.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "rerun.h"
 
 #define MiB (1024ULL * 1024)
 
 /* The fake's exported entry (the library patched it: its hook runs first). */
 gdr_CUresult cuMemFree_v2(gdr_CUdeviceptr p);
 
-/* Runs this program again in mode with the environment pairs (NULL-terminated); its stderr in err.
- * A child killed by its alarm (30 s) hung. Returns its exit status; 77 skips. */
+/* Runs this program again in mode with the environment pairs (NULL-terminated; rerun.h); its stderr
+ * in err. A child killed by its alarm (30 s) hung. Returns its exit status; 77 skips. */
 static int child(const char *mode, char *err, size_t n, ...)
 {
-	int p[2], status;
-	ssize_t r, total = 0;
 	va_list ap;
-	pid_t pid;
+	int status, rc;
 
-	assert_int_equal(pipe(p), 0);
 	va_start(ap, n);
-	pid = fork();
-	if (!pid) {
-		const char *name;
-
-		alarm(30);
-		dup2(p[1], 2);
-		close(p[0]);
-		close(p[1]);
-		while ((name = va_arg(ap, const char *)))
-			setenv(name, va_arg(ap, const char *), 1);
-		execl("/proc/self/exe", "test_contexts", mode, (char *)NULL);
-		_exit(77);
-	}
+	rc = gdr_rerun(mode, false, 30, err, n, &status, ap);
 	va_end(ap);
-	close(p[1]);
-	while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
-		total += r;
-	while (r >= 0 && (r = read(p[0], (char[256]){ 0 }, 256)) > 0)
-		;
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	err[total] = '\0';
-	close(p[0]);
+	assert_int_equal(rc, 0);
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
 		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
 	if (WIFSIGNALED(status))

@@ -38,53 +38,15 @@
 #include "cache/thread.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "rerun.h"
 
-/* Runs this program again in mode with the environment pairs; its exit status (77: it cannot exec
- * itself) and its stderr in err. stderr is a pipe, or with to_file a file the child may read back
- * (pread on descriptor 2). Killed after 120 s. */
+/* Runs this program again in mode (rerun.h; stderr a pipe, or with to_file a file the child may
+ * read back), killed after 120 s: its exit status; its stderr in err. */
 static int child_run(bool to_file, const char *mode, char *err, size_t n, va_list ap)
 {
-	char path[] = "/tmp/gdr_life_XXXXXX";
-	int p[2], status;
-	ssize_t r, total = 0;
-	pid_t pid;
+	int status;
 
-	if (to_file) {
-		assert_true((p[0] = mkstemp(path)) >= 0);
-		unlink(path);
-		p[1] = dup(p[0]);
-	} else {
-		assert_int_equal(pipe(p), 0);
-	}
-	pid = fork();
-	if (!pid) {
-		const char *name;
-
-		alarm(120);
-		dup2(p[1], 2);
-		close(p[0]);
-		close(p[1]);
-		while ((name = va_arg(ap, const char *)))
-			setenv(name, va_arg(ap, const char *), 1);
-		execl("/proc/self/exe", "test_process_life", mode, (char *)NULL);
-		_exit(77);
-	}
-	close(p[1]);
-	if (to_file) {
-		assert_int_equal(waitpid(pid, &status, 0), pid);
-		total = pread(p[0], err, n - 1, 0);
-		assert_true(total >= 0);
-	} else {
-		while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
-			total += r;
-		/* The rest read and dropped: a writer must not die of SIGPIPE because the text was
-		 * long. */
-		while (r >= 0 && (r = read(p[0], (char[256]){ 0 }, 256)) > 0)
-			;
-		assert_int_equal(waitpid(pid, &status, 0), pid);
-	}
-	err[total] = '\0';
-	close(p[0]);
+	assert_int_equal(gdr_rerun(mode, to_file, 120, err, n, &status, ap), 0);
 	if (WIFSIGNALED(status))
 		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)

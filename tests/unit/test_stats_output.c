@@ -23,38 +23,23 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "rerun.h"
 
 static char dir[] = "/tmp/gdr_stats_XXXXXX";
 
-/* Runs this program again in mode with the environment pairs (NULL-terminated); its exit status
- * (77: it cannot exec itself, qemu-user) and its stderr in err. */
+/* Runs this program again in mode with the environment pairs (NULL-terminated; rerun.h), killed
+ * after 120 s; its exit status (77: it cannot exec itself, qemu-user) and its stderr in err. */
 static int child(const char *mode, char *err, size_t n, ...)
 {
-	int p[2], status;
-	ssize_t r, total = 0;
-	pid_t pid;
 	va_list ap;
+	int status, rc;
 
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	if (!pid) {
-		const char *name;
-
-		dup2(p[1], 2);
-		va_start(ap, n);
-		while ((name = va_arg(ap, const char *)))
-			setenv(name, va_arg(ap, const char *), 1);
-		va_end(ap);
-		execl("/proc/self/exe", "test_stats_output", mode, (char *)NULL);
-		_exit(77);
-	}
-	close(p[1]);
-	while ((r = read(p[0], err + total, n - 1 - (size_t)total)) > 0)
-		total += r;
-	err[total] = '\0';
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	assert_true(WIFEXITED(status));
+	va_start(ap, n);
+	rc = gdr_rerun(mode, false, 120, err, n, &status, ap);
+	va_end(ap);
+	assert_int_equal(rc, 0);
+	if (WIFSIGNALED(status))
+		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)
 		skip();
 	return WEXITSTATUS(status);
