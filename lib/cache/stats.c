@@ -300,7 +300,12 @@ int gdr_stats_on_signal(void (*fn)(const char *why))
 
 static void print_live(const char *why, bool others)
 {
-	pthread_mutex_lock(&live_lock);
+	/* At exit on a thread that holds a cache lock (exit() from a signal handler, as in
+	 * gdr_stats_print): the signal's thread may hold the list's lock, waiting for that cache
+	 * lock. Then no records rather than a process that never exits. */
+	if (gdr_cache_locks_held ? pthread_mutex_trylock(&live_lock)
+				 : pthread_mutex_lock(&live_lock))
+		return;
 	for (struct gdr_cache *c = live; c; c = c->next_live)
 		gdr_stats_print(c, why);
 	for (unsigned i = 0; others && i < sizeof(signal_fns) / sizeof(signal_fns[0]); i++)
@@ -348,7 +353,9 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
 {
 	int saved = errno;
 
-	if (getpid() == sig_pid && sig_fd_ours(sig_pipe[1]))
+	/* The read end too: open here, it is a reader, and the write cannot raise SIGPIPE (with only
+	 * the read end's number replaced, the thread has ended: a write would kill the program). */
+	if (getpid() == sig_pid && sig_fd_ours(sig_pipe[0]) && sig_fd_ours(sig_pipe[1]))
 		(void)!write(sig_pipe[1], "s", 1); /* full: a dump is pending anyway */
 	errno = saved;
 	if ((sig_prev.sa_flags & SA_SIGINFO) && sig_prev.sa_sigaction)

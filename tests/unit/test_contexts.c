@@ -10,9 +10,11 @@
  *  - errno: an intercepted cuMemFree whose hook's release fails (the dma-buf's fd closed by the
  *    program) leaves the program's errno as it was;
  *  - the statistics pipe's descriptors closed by the program and their numbers reused: the signal
- *    writes nothing into the program's files, the library's thread ends;
+ *    writes nothing into the program's files, the library's thread ends; with only the read end's
+ *    number reused, the signal raises no SIGPIPE;
  *  - exit() from a signal handler (a program's SIGINT handler) that interrupted a registration
- *    holding the cache's lock: the statistics at exit must not wait for that lock.
+ *    holding the cache's lock (while the signal's thread prints, too) or a fork (its handlers
+ *    hold every cache's lock): the statistics at exit must not wait for those locks.
  * Each case runs this program again in a mode of its own (its own environment; the library reads it
  * once) under an alarm, so that a hang is a failure, never a hung suite.
  */
@@ -495,6 +497,53 @@ static void test_stats_pipe_closed_by_program(void **state)
 	assert_non_null(strstr(err, "the program closed or replaced the library's pipe"));
 }
 
+/* Only the pipe's read end replaced (a shell's exec 3>file under the preload: dup2 onto the read
+ * end's number): the library's thread ends, and the pipe then has no reader. The write end is still
+ * the library's, and a signal must not write there: a write to a pipe without a reader raises
+ * SIGPIPE, whose default kills the program. */
+static int mode_pipe_read_replaced(void)
+{
+	char name[] = "/tmp/gdr_ctx_rpipe_XXXXXX";
+	struct gdr_cache *c = dmabuf_cache(); /* the handler and its thread */
+	int fds[2], f, before = threads_now(), waited = 0;
+	struct stat st;
+
+	if (find_stats_pipe(fds))
+		return 77;
+	f = mkstemp(name);
+	unlink(name);
+	if (f < 0 || dup2(f, fds[0]) != fds[0])
+		return 2;
+	close(f);
+	raise(SIGUSR2); /* wakes the thread, which finds its read end gone and ends */
+	while (threads_now() >= before && waited++ < 200) /* 2 s */
+		sleep_ms(10);
+	for (int i = 0; i < 3; i++)
+		raise(SIGUSR2); /* no reader: SIGPIPE, unless nothing is written */
+	sleep_ms(50);
+	if (fstat(fds[0], &st) || st.st_size) {
+		fprintf(stderr, "the signal wrote %lld bytes into the program's file\n",
+			(long long)st.st_size);
+		return 3;
+	}
+	return gdr_cache_destroy(c) ? 4 : 0;
+}
+
+static void test_stats_pipe_read_end_replaced(void **state)
+{
+	char err[8192];
+	int rc;
+	(void)state;
+#ifdef __SANITIZE_THREAD__
+	skip(); /* the program's dup2 onto the library's fd is the case: TSan reports it, rightly */
+#endif
+
+	rc = child("--pipe-read-replaced", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
+		   "GDRCACHE_STATS_SIGNAL", "USR2", "GDRCACHE_LOG", "warn", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
 /* ---- exit() from a signal handler that interrupted a locked registration ------------------------ */
 
 static void on_int_exit(int sig)
@@ -541,6 +590,84 @@ static void test_exit_from_handler_inside_reg(void **state)
 	assert_non_null(strstr(err, "why=\"at exit\""));
 }
 
+/* The same exit() while the statistics signal's thread prints: it holds the list of caches' lock and
+ * waits for the cache lock the interrupted registration holds. The statistics at exit must not wait
+ * for the list then (kill -USR2 before a job is killed: the README's advice). */
+static void signal_then_exit_in_driver(const char *entry, void *arg)
+{
+	(void)arg;
+	if (strcmp(entry, "cuPointerGetAttributes"))
+		return;
+	raise(SIGUSR2); /* the thread wakes, takes the list's lock, waits for this cache's */
+	sleep_ms(500);
+	raise(SIGINT);
+}
+
+static int mode_exit_while_signal_prints(void)
+{
+	struct sigaction sa = { .sa_handler = on_int_exit };
+	struct gdr_region *r;
+	uint64_t b = fake_cuda_alloc(MiB);
+
+	cc = dmabuf_cache();
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	fake_cuda_set_enter_hook(signal_then_exit_in_driver, NULL);
+	gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r); /* a miss: exits inside */
+	return 2;
+}
+
+static void test_exit_from_handler_while_signal_prints(void **state)
+{
+	char err[16384], tsan[1024];
+	int rc;
+	(void)state;
+
+	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
+		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
+	rc = child("--exit-while-signal-prints", err, sizeof(err), "GDRCACHE_STATS", "1",
+		   "GDRCACHE_STATS_FORMAT", "kv", "GDRCACHE_STATS_SIGNAL", "USR2", "TSAN_OPTIONS",
+		   tsan, NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
+/* The same exit() while fork() holds every cache's lock and the list's (their fork handlers): a
+ * signal that arrives during a fork is handled there (the kernel restarts the fork after it). A
+ * prepare handler registered before the library's runs after them: the signal comes there. */
+static void raise_int_in_fork(void)
+{
+	raise(SIGINT);
+}
+
+static int mode_exit_in_fork(void)
+{
+	struct sigaction sa = { .sa_handler = on_int_exit };
+
+	pthread_atfork(raise_int_in_fork, NULL, NULL);
+	cc = dmabuf_cache(); /* the library's fork handlers, after the test's */
+	if (cache_usable(cc))
+		return 2;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	fork(); /* exits inside */
+	return 3;
+}
+
+static void test_exit_from_handler_inside_fork(void **state)
+{
+	char err[16384], tsan[1024];
+	int rc;
+	(void)state;
+
+	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
+		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
+	rc = child("--exit-in-fork", err, sizeof(err), "GDRCACHE_STATS", "1",
+		   "GDRCACHE_STATS_FORMAT", "kv", "TSAN_OPTIONS", tsan, NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,7 +678,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_in_first_create),
 		cmocka_unit_test(test_signal_keeps_program_flags),
 		cmocka_unit_test(test_stats_pipe_closed_by_program),
+		cmocka_unit_test(test_stats_pipe_read_end_replaced),
 		cmocka_unit_test(test_exit_from_handler_inside_reg),
+		cmocka_unit_test(test_exit_from_handler_while_signal_prints),
+		cmocka_unit_test(test_exit_from_handler_inside_fork),
 	};
 	static const struct {
 		const char *name;
@@ -564,7 +694,10 @@ int main(int argc, char **argv)
 		{ "--cancel-create", mode_cancel_create },
 		{ "--sig-restart", mode_sig_restart },
 		{ "--pipe-reused", mode_pipe_reused },
+		{ "--pipe-read-replaced", mode_pipe_read_replaced },
 		{ "--exit-in-handler", mode_exit_in_handler },
+		{ "--exit-while-signal-prints", mode_exit_while_signal_prints },
+		{ "--exit-in-fork", mode_exit_in_fork },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(modes) / sizeof(modes[0]); i++)
