@@ -225,8 +225,8 @@ static int choose_validation(struct gdr_cache *c)
 	return 0;
 }
 
-int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_cache_seams *seams,
-			   struct gdr_cache **out)
+static int create(const struct gdr_cache_attr *attr, const struct gdr_cache_seams *seams,
+		  struct gdr_cache **out)
 {
 	const struct gdr_backend_ops *ops = seams ? seams->backend : NULL;
 	struct gdr_config cfg;
@@ -299,6 +299,20 @@ int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_c
 	return 0;
 }
 
+/* No cancellation point acts in a cache's creation or destruction (their log lines and statistics
+ * are writes): a thread cancelled there would leave the cache made and listed but never returned,
+ * or half destroyed and still listed. A pending cancellation acts at the caller's next one. */
+int gdr_cache_create_seams(const struct gdr_cache_attr *attr, const struct gdr_cache_seams *seams,
+			   struct gdr_cache **out)
+{
+	int cancel, rc;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	rc = create(attr, seams, out);
+	pthread_setcancelstate(cancel, NULL);
+	return rc;
+}
+
 /* gdr_cache_create of 0.2 on: no log level, validate AUTO 0 (0.1's: compat-0_1.c). */
 GDR_SYMVER("gdr_cache_create@@GDRCACHE_0.2")
 int gdr_cache_create_0_2(const struct gdr_cache_attr *attr, struct gdr_cache **cache);
@@ -309,9 +323,21 @@ int gdr_cache_create_0_2(const struct gdr_cache_attr *attr, struct gdr_cache **c
 	return gdr_cache_create_seams(attr, NULL, cache);
 }
 
+static int destroy(struct gdr_cache *c);
+
 GDR_EXPORT int gdr_cache_destroy(struct gdr_cache *c)
 {
 	GDR_KEEP_ERRNO();
+	int cancel, rc;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* as gdr_cache_create_seams */
+	rc = destroy(c);
+	pthread_setcancelstate(cancel, NULL);
+	return rc;
+}
+
+static int destroy(struct gdr_cache *c)
+{
 	struct gdr_entry *e, *next, *cand = NULL;
 	int64_t held = 0;
 

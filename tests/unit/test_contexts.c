@@ -320,6 +320,56 @@ static void test_cancel_in_first_create(void **state)
 		fail_msg("exit %d: %s", rc, err);
 }
 
+/* ---- pthread_cancel in a cache's creation and destruction (their info line, their statistics) --- */
+
+static struct gdr_cache *made;
+static int destroyed = 1;
+
+static void *create_then_destroy_cancelled(void *arg)
+{
+	(void)arg;
+	pthread_cancel(pthread_self());
+	/* Made and returned whole, though its info line is a write; then destroyed whole, though
+	 * its statistics are one. */
+	if (gdr_cache_create(NULL, &made))
+		return NULL;
+	destroyed = gdr_cache_destroy(made);
+	pthread_testcancel();
+	return NULL;
+}
+
+static int mode_cancel_create_destroy(void)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, create_then_destroy_cancelled, NULL) || join_cancelled(t))
+		return 2;
+	if (!made) {
+		fprintf(stderr, "the thread was cancelled inside gdr_cache_create\n");
+		return 3;
+	}
+	if (destroyed) {
+		fprintf(stderr, "the thread was cancelled inside gdr_cache_destroy (%d)\n", destroyed);
+		return 4;
+	}
+	cc = dmabuf_cache(); /* and the library still serves */
+	if (cache_usable(cc))
+		return 5;
+	return gdr_cache_destroy(cc) ? 6 : 0;
+}
+
+static void test_cancel_in_create_and_destroy(void **state)
+{
+	char err[16384];
+	int rc;
+	(void)state;
+
+	rc = child("--cancel-create-destroy", err, sizeof(err), "GDRCACHE_LOG", "info",
+		   "GDRCACHE_STATS", "1", NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
 /* ---- the statistics signal over the program's handler: its flags kept -------------------------- */
 
 static volatile sig_atomic_t handled;
@@ -676,6 +726,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_errno_kept_by_free_hook),
 		cmocka_unit_test(test_cancel_in_log_open),
 		cmocka_unit_test(test_cancel_in_first_create),
+		cmocka_unit_test(test_cancel_in_create_and_destroy),
 		cmocka_unit_test(test_signal_keeps_program_flags),
 		cmocka_unit_test(test_stats_pipe_closed_by_program),
 		cmocka_unit_test(test_stats_pipe_read_end_replaced),
@@ -692,6 +743,7 @@ int main(int argc, char **argv)
 		{ "--errno-free", mode_errno_free },
 		{ "--cancel-log-open", mode_cancel_log_open },
 		{ "--cancel-create", mode_cancel_create },
+		{ "--cancel-create-destroy", mode_cancel_create_destroy },
 		{ "--sig-restart", mode_sig_restart },
 		{ "--pipe-reused", mode_pipe_reused },
 		{ "--pipe-read-replaced", mode_pipe_read_replaced },
