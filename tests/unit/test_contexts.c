@@ -602,6 +602,43 @@ static void on_int_exit(int sig)
 	exit(0); /* what many programs' SIGINT handlers do */
 }
 
+/* exit() on SIGINT, as many programs' handlers do (on_int_exit). */
+static void exit_on_sigint(void)
+{
+	struct sigaction sa = { .sa_handler = on_int_exit };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+}
+
+/* A miss whose driver call runs hook (under the cache's lock): it exits inside. */
+static int exit_inside_miss(void (*hook)(const char *entry, void *arg))
+{
+	struct gdr_region *r;
+	uint64_t b = fake_cuda_alloc(MiB);
+
+	cc = dmabuf_cache();
+	exit_on_sigint();
+	fake_cuda_set_enter_hook(hook, NULL);
+	gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r);
+	return 2;
+}
+
+/* Runs mode with the statistics at exit (kv), and on signal too when given; its stderr in err.
+ * exit() from a signal handler is what these cases are about: not a finding of TSan's. */
+static void run_exit_case(const char *mode, const char *signal, char *err, size_t n)
+{
+	char tsan[1024];
+	int rc;
+
+	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
+		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
+	rc = child(mode, err, n, "GDRCACHE_STATS", "1", "GDRCACHE_STATS_FORMAT", "kv",
+		   "TSAN_OPTIONS", tsan, signal ? "GDRCACHE_STATS_SIGNAL" : NULL, signal, NULL);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
+}
+
 /* Inside the driver during a miss: under the cache's lock. */
 static void raise_in_driver(const char *entry, void *arg)
 {
@@ -612,31 +649,15 @@ static void raise_in_driver(const char *entry, void *arg)
 
 static int mode_exit_in_handler(void)
 {
-	struct sigaction sa = { .sa_handler = on_int_exit };
-	struct gdr_region *r;
-	uint64_t b = fake_cuda_alloc(MiB);
-
-	cc = dmabuf_cache();
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	fake_cuda_set_enter_hook(raise_in_driver, NULL);
-	gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r); /* a miss: exits inside */
-	return 2;
+	return exit_inside_miss(raise_in_driver);
 }
 
 static void test_exit_from_handler_inside_reg(void **state)
 {
-	char err[16384], tsan[1024];
-	int rc;
+	char err[16384];
 	(void)state;
 
-	/* exit() from a signal handler is what the case is about: not a finding of TSan's. */
-	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
-		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
-	rc = child("--exit-in-handler", err, sizeof(err), "GDRCACHE_STATS", "1",
-		   "GDRCACHE_STATS_FORMAT", "kv", "TSAN_OPTIONS", tsan, NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	run_exit_case("--exit-in-handler", NULL, err, sizeof(err));
 	assert_non_null(strstr(err, "why=\"at exit\""));
 }
 
@@ -655,31 +676,15 @@ static void signal_then_exit_in_driver(const char *entry, void *arg)
 
 static int mode_exit_while_signal_prints(void)
 {
-	struct sigaction sa = { .sa_handler = on_int_exit };
-	struct gdr_region *r;
-	uint64_t b = fake_cuda_alloc(MiB);
-
-	cc = dmabuf_cache();
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	fake_cuda_set_enter_hook(signal_then_exit_in_driver, NULL);
-	gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r); /* a miss: exits inside */
-	return 2;
+	return exit_inside_miss(signal_then_exit_in_driver);
 }
 
 static void test_exit_from_handler_while_signal_prints(void **state)
 {
-	char err[16384], tsan[1024];
-	int rc;
+	char err[16384];
 	(void)state;
 
-	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
-		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
-	rc = child("--exit-while-signal-prints", err, sizeof(err), "GDRCACHE_STATS", "1",
-		   "GDRCACHE_STATS_FORMAT", "kv", "GDRCACHE_STATS_SIGNAL", "USR2", "TSAN_OPTIONS",
-		   tsan, NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	run_exit_case("--exit-while-signal-prints", "USR2", err, sizeof(err));
 }
 
 /* The same exit() while fork() holds every cache's lock and the list's (their fork handlers): a
@@ -692,30 +697,21 @@ static void raise_int_in_fork(void)
 
 static int mode_exit_in_fork(void)
 {
-	struct sigaction sa = { .sa_handler = on_int_exit };
-
 	pthread_atfork(raise_int_in_fork, NULL, NULL);
 	cc = dmabuf_cache(); /* the library's fork handlers, after the test's */
 	if (cache_usable(cc))
 		return 2;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
+	exit_on_sigint();
 	fork(); /* exits inside */
 	return 3;
 }
 
 static void test_exit_from_handler_inside_fork(void **state)
 {
-	char err[16384], tsan[1024];
-	int rc;
+	char err[16384];
 	(void)state;
 
-	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
-		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
-	rc = child("--exit-in-fork", err, sizeof(err), "GDRCACHE_STATS", "1",
-		   "GDRCACHE_STATS_FORMAT", "kv", "TSAN_OPTIONS", tsan, NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	run_exit_case("--exit-in-fork", NULL, err, sizeof(err));
 }
 
 int main(int argc, char **argv)
