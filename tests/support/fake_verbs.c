@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "fake_cuda.h"
 #include "fakes.h"
 
 struct fake_verbs_state fake_verbs;
@@ -85,4 +86,12 @@ int fake_cache_create(const struct gdr_cache_attr *attr, const struct gdr_backen
 void fake_verbs_install(void)
 {
 	fake_seams.verbs = &fake_ops;
+}
+
+void fakes_reset(void)
+{
+	fake_cuda_reset();
+	fake_backend_reset();
+	fake_verbs_install();
+	fake_verbs = (struct fake_verbs_state){ 0 };
 }

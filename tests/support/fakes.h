@@ -52,6 +52,9 @@ struct fake_verbs_state {
 };
 extern struct fake_verbs_state fake_verbs;
 void fake_verbs_install(void);
+/* A unit test's fresh start: the fake driver and backend reset, the fake libibverbs installed with
+ * its counts zeroed (fake_verbs.c). */
+void fakes_reset(void);
 #define FAKE_PD ((struct ibv_pd *)(uintptr_t)0x1000)
 #define FAKE_PD2 ((struct ibv_pd *)(uintptr_t)0x2000)
 

@@ -36,10 +36,7 @@ static struct gdr_cache *make(uint64_t mask, uint64_t max_bytes, uint64_t max_en
 static int setup(void **state)
 {
 	(void)state;
-	fake_cuda_reset();
-	fake_backend_reset();
-	fake_verbs_install();
-	fake_verbs = (struct fake_verbs_state){ 0 };
+	fakes_reset();
 	cache = make(0, 0, 0, 0);
 	return 0;
 }

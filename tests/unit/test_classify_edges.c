@@ -48,10 +48,7 @@ static struct gdr_cache *make(int validate)
 static int setup(void **state)
 {
 	(void)state;
-	fake_cuda_reset();
-	fake_backend_reset();
-	fake_verbs_install();
-	fake_verbs = (struct fake_verbs_state){ 0 };
+	fakes_reset();
 	cache = make(GDR_VALIDATE_TAG);
 	return 0;
 }

@@ -44,10 +44,7 @@ static struct gdr_cache *make(int mode)
 static int setup(void **state)
 {
 	(void)state;
-	fake_cuda_reset();
-	fake_backend_reset();
-	fake_verbs_install();
-	fake_verbs = (struct fake_verbs_state){ 0 };
+	fakes_reset();
 	probe_rc = 0;
 	fake_seams.events_probe = probe_fake;
 	cache = make(GDR_VALIDATE_EVENTS);

@@ -83,10 +83,7 @@ static struct gdr_cache *make(void)
 static int setup(void **state)
 {
 	(void)state;
-	fake_cuda_reset();
-	fake_backend_reset();
-	fake_verbs_install();
-	fake_verbs = (struct fake_verbs_state){ 0 };
+	fakes_reset();
 	fake_seams.events_probe = probe_ok;
 	cache = make();
 	return 0;

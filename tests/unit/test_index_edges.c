@@ -39,10 +39,7 @@ static int setup(void **state)
 				    .validate = GDR_VALIDATE_EVENTS };
 
 	(void)state;
-	fake_cuda_reset();
-	fake_backend_reset();
-	fake_verbs_install();
-	fake_verbs = (struct fake_verbs_state){ 0 };
+	fakes_reset();
 	fake_seams.events_probe = probe_ok;
 	cache = NULL;
 	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &cache), 0);
