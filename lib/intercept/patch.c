@@ -367,7 +367,7 @@ static int stub_room(uintptr_t dest, size_t page)
 	uintptr_t first = dest & ~(uintptr_t)(page - 1);
 	uintptr_t last = (dest + GDR_PATCH_SHORT_STUB - 1) & ~(uintptr_t)(page - 1);
 
-	if (dest < ADDR_FLOOR || dest + GDR_PATCH_SHORT_STUB > ADDR_TOP)
+	if (dest < ADDR_FLOOR || dest > ADDR_TOP - GDR_PATCH_SHORT_STUB)
 		return -ENOMEM;
 	for (unsigned i = 0; i < nstubs; i++)
 		if (dest < stubs[i] + 16 && stubs[i] < dest + 16)
@@ -433,6 +433,13 @@ static int commit(const struct gdr_patch_arch *a, void *target, const uint8_t *c
 	return 0;
 }
 
+/* Why the one-byte form was refused where its stub's address lies outside what a process can map:
+ * the entry's own bytes put it there (libcuda 580: about 1 GiB above the function), which happens
+ * where libraries are loaded within that of the address space's top, as without address space
+ * randomisation (setarch -R; gdb runs programs so by default). docs/FACTS.md. */
+static const char SHORT_OUTSIDE[] =
+	"the address the entry's bytes jump to is outside the address space";
+
 /* The one-byte form (arch/x86_64.c): 0, or -errno with *why, nothing written to the target. */
 static int install_short(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
 			 size_t avail, const struct mapping *m, void *hook, void **orig,
@@ -448,6 +455,8 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 		return len;
 	if (a->short_dest(t, code, avail, &dest))
 		return refuse(why, "entry too short for the one-byte form", -ENOTSUP);
+	if (dest < ADDR_FLOOR || dest > ADDR_TOP - GDR_PATCH_SHORT_STUB)
+		return refuse(why, SHORT_OUTSIDE, -ENOMEM);
 	slot = slot_write(a, target, code, (unsigned)len, hook, page);
 	if (!slot)
 		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
@@ -501,11 +510,16 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
 			return rc ? refuse(why, short_why, rc) : 0;
 		if (!(flags & GDR_PATCH_QUIESCENT))
-			return refuse(
-				why,
-				"the one-byte jump's stub address is taken, and threads may be "
-				"running the function (five-byte jump unsafe)",
-				-EBUSY);
+			return refuse(why,
+				      short_why == SHORT_OUTSIDE
+					      ? "the one-byte jump's stub address is outside the "
+						"address space (a layout without randomisation: "
+						"setarch -R, gdb), and threads may be running the "
+						"function (five-byte jump unsafe)"
+					      : "the one-byte jump's stub address is taken, and "
+						"threads may be running the function (five-byte "
+						"jump unsafe)",
+				      -EBUSY);
 	} else if (!a->entry_is_one_insn && !(flags & GDR_PATCH_QUIESCENT)) {
 		return refuse(why,
 			      "threads may be running the function (multi-instruction rewrite "

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -477,6 +478,51 @@ static void test_short_form(void **state)
 	assert_memory_not_equal(t_near + 1, old + 1, 4); /* the five-byte form */
 	assert_int_equal(((fn6)on)(A1, A2, A3, A4, A5, A6), EXPECTED);
 }
+
+/* libcuda 580's entry where a process without address space randomisation loads it (setarch -R,
+ * gdb): within 1 GiB of the top, so that the one-byte form's stub address, about 1 GiB above the
+ * entry, is outside what a process can map. Refused for a running target, and saying why; the
+ * five-byte form for a quiescent one. The entry is a page mapped near the top (whichever of a few
+ * addresses is free); skipped where none is. */
+static void test_short_form_outside(void **state)
+{
+	/* push rbp; mov rbp,rsp; push r12 (libcuda 580's first six bytes); pop r12; pop rbp;
+	 * lea rax,[rdi+rsi]; ret */
+	static const uint8_t body[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x41,
+					0x5c, 0x5d, 0x48, 0x8d, 0x04, 0x37, 0xc3 };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *p = MAP_FAILED;
+	const char *why = NULL;
+	void *orig = NULL;
+	(void)state;
+
+	/* target + 5 + 0x41e58948 at or above 2^47 from 0x7fffbf000000 on */
+	for (uintptr_t at = 0x7fffbf000000; at < 0x7ffff0000000 && p == MAP_FAILED;
+	     at += 0x1000000) {
+		p = mmap((void *)at, page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p != MAP_FAILED && (uintptr_t)p != at) {
+			munmap(p, page);
+			p = MAP_FAILED;
+		}
+	}
+	if (p == MAP_FAILED)
+		skip();
+	memcpy(p, body, sizeof(body));
+	assert_int_equal(mprotect(p, page, PROT_READ | PROT_EXEC), 0);
+	assert_true((uintptr_t)p + 5 + 0x41e58948 >= 1ULL << 47);
+
+	refused_flags(p, -EBUSY, 0);
+	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, 0, &why), -EBUSY);
+	assert_non_null(strstr(why, "outside the address space"));
+	assert_null(strstr(why, "taken"));
+
+	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, GDR_PATCH_QUIESCENT, &why),
+			 0);
+	assert_int_equal(p[0], 0xe9);
+	assert_int_equal(((fn6)(void *)p)(1, 2, 3, 4, 5, 6), 21);  /* the hook */
+	assert_int_equal(((long (*)(long, long))orig)(40, 2), 42); /* the original */
+}
 #endif
 
 /* The fake driver (tests/fake), whose entries begin as libcuda 580's: its cuMemFree_v2 patched,
@@ -765,6 +811,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_decoder_table),
 #if defined(__x86_64__)
 		cmocka_unit_test(test_short_form),
+		cmocka_unit_test(test_short_form_outside),
 		cmocka_unit_test(test_decoder_sweep),
 #endif
 	};
