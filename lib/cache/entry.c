@@ -601,6 +601,20 @@ static void pd_finish_list(struct gdr_cache *c, struct gdr_entry *list, const st
 	}
 }
 
+/* Whether a host registration made with pd is held: its MR is the cache's too, in no entry (passed
+ * through). Records of host memory change only under the lock. */
+static bool pd_host_held(struct gdr_cache *c, const struct ibv_pd *pd)
+{
+	for (uint32_t s = 1; c->nhost && s < c->slot_next; s++) {
+		const struct gdr_region *r = &c->rec_base[s];
+
+		if (!r->entry && r->pd == pd && gdr_region_handed(r) &&
+		    __atomic_load_n(&r->used, __ATOMIC_RELAXED))
+			return true;
+	}
+	return false;
+}
+
 GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 {
 	GDR_KEEP_ERRNO(); /* ibv_dereg_mr, a grace period's membarrier */
@@ -618,6 +632,7 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 		pd_finish_list(c, c->lru, pd, &busy);
 		pd_finish_list(c, c->detached, pd, &busy);
 	}
+	busy |= pd_host_held(c, pd);
 	gdr_cache_unlock(c);
 	if (busy)
 		gdr_warn("pd %p still has registrations held: their MRs stay", (void *)pd);

@@ -457,6 +457,28 @@ static void test_release_pd(void **state)
 	free_evented(a);
 }
 
+/* A host registration made with a PD is an MR the cache made for it (passed through, in no entry):
+ * while it is held, the PD is not released (-EBUSY), as with a held cached one; the program would
+ * otherwise free the PD under it (ibv_dealloc_pd: EBUSY, or a PD freed under a live MR). */
+static void test_release_pd_with_host_registration_held(void **state)
+{
+	char *buf = malloc(8192);
+	struct gdr_region *r;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, buf, 8192, 1, &r), 0);
+	assert_int_equal(stats().passthrough, 1);
+	assert_int_equal(fake_verbs.outstanding, 1);
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD2), 0); /* not r's PD */
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD), -EBUSY);
+	assert_int_equal(fake_verbs.outstanding, 1);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	free(buf);
+}
+
 #define NT 8
 #define ITERS 20000
 static uint64_t shared_a;
@@ -1007,6 +1029,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_entry_survives_eviction_attempts, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_release_pd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_release_pd_with_host_registration_held, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_threads_share_and_own, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_child_uses_cache, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_hits_through_the_hash, setup, teardown),
