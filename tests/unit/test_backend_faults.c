@@ -502,7 +502,7 @@ static void test_cuda_faults(void **state)
 
 /* UINT64_MAX entry limit: a cache holds at most GDR_SLOT_MAX registration records (thread.h), one
  * at least per entry. Once that many unheld entries are cached, a new registration must evict one
- * (they are all unheld), not fail. */
+ * (they are all unheld), not fail; a host registration (a record too) as well as a GPU one. */
 static void test_unbounded_entries_records(void **state)
 {
 	struct gdr_cache *c = make(&fake_backend_ops, 0,
@@ -512,8 +512,9 @@ static void test_unbounded_entries_records(void **state)
 	const uint64_t n = GDR_SLOT_MAX + 16;
 	uint64_t a = fake_cuda_alloc(n * 64 * KiB);
 	uint64_t failed_at = 0;
-	int rc = 0;
+	int rc = 0, rc_host = 0;
 	struct gdr_region *r;
+	static char buf[8192];
 
 	(void)state;
 	assert_int_not_equal(a, 0);
@@ -530,6 +531,12 @@ static void test_unbounded_entries_records(void **state)
 		}
 		assert_int_equal(gdr_dereg(r), 0);
 	}
+	/* Host memory's record comes from the same arena: an unheld entry makes way for it too. */
+	if (!rc) {
+		rc_host = gdr_reg(c, FAKE_PD, buf, sizeof(buf), 1, &r);
+		if (!rc_host)
+			assert_int_equal(gdr_dereg(r), 0);
+	}
 	check_fake_consistent(c);
 	assert_int_equal(gdr_cache_destroy(c), 0);
 	fake_cuda_free(a);
@@ -537,6 +544,10 @@ static void test_unbounded_entries_records(void **state)
 		print_error("registration %llu of %llu distinct unheld ranges failed: %d\n",
 			    (unsigned long long)failed_at, (unsigned long long)n, rc);
 	assert_int_equal(rc, 0);
+	if (rc_host)
+		print_error("host registration with every record taken by unheld entries: %d\n",
+			    rc_host);
+	assert_int_equal(rc_host, 0);
 }
 
 /* peermem has no pin apart from an MR: "gdr_reg without [a PD]: -EOPNOTSUPP" (peermem.c), also
