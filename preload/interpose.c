@@ -54,8 +54,10 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,6 +107,10 @@ static struct {
 /* Nonzero while this thread is inside libgdrcache or a real libibverbs call made for the
  * program: libibverbs entry points reached from there pass straight through. */
 static __thread unsigned in_lib __attribute__((tls_model("initial-exec")));
+
+/* Nonzero while this thread is inside libibverbs' IBVERBS_1.0 ibv_reg_mr (compat-1_0.c): its call
+ * of ibv_reg_mr_iova2 is an old program's registration (own_reg_mr_iova2). */
+__thread unsigned gdrp_in_1_0 __attribute__((tls_model("initial-exec")));
 
 static bool disabled = true;        /* GDRCACHE_DISABLE=1; and until the environment is read */
 static bool configured;             /* the environment was read (configure) */
@@ -1019,9 +1025,130 @@ static const struct gdrp_entry {
 
 #define N_ENTRIES (sizeof(entries) / sizeof(entries[0]))
 
+/*
+ * libibverbs' own calls of ibv_reg_mr_iova2: its ibv_reg_mr and ibv_reg_mr_iova (tail-)call it
+ * through libibverbs' PLT, which the global scope binds to the preload. Whoever reached those past
+ * the preload (a plugin dlopened with RTLD_DEEPBIND binds its verbs to libibverbs first; libc's own
+ * dlvsym) releases what they return with libibverbs' ibv_dereg_mr, which must never meet a shadow
+ * (a provider destroys the cached MR by its handle, then frees the shadow). So libibverbs' slot for
+ * ibv_reg_mr_iova2 is pointed here: libibverbs' own definition, except inside its 1.0 layer, whose
+ * registration is an old program's (released through the preload: compat-1_0.c).
+ */
+static struct ibv_mr *own_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				       unsigned int access)
+{
+	if (gdrp_in_1_0)
+		return gdrp_reg_mr_iova2(pd, addr, len, iova, access);
+	return real.reg_mr_iova2(pd, addr, len, iova, access);
+}
+
+#if defined(__x86_64__)
+#define GDRP_R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define GDRP_R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define GDRP_R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define GDRP_R_GLOB_DAT R_AARCH64_GLOB_DAT
+#endif
+
+struct relro {
+	const struct link_map *l;
+	uintptr_t start, end; /* made read-only once relocated (PT_GNU_RELRO) */
+};
+
+static int find_relro(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct relro *r = data;
+
+	(void)size;
+	if (info->dlpi_addr != r->l->l_addr || !info->dlpi_name ||
+	    strcmp(info->dlpi_name, r->l->l_name))
+		return 0;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+			r->start = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+			r->end = r->start + info->dlpi_phdr[i].p_memsz;
+		}
+	}
+	return 1;
+}
+
+static void slot_set(void **slot, void *fn, const struct relro *r)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)slot;
+	void *p = (void *)(a & ~(page - 1));
+	bool ro = a >= r->start && a < r->end;
+
+	if (ro && mprotect(p, page, PROT_READ | PROT_WRITE)) {
+		gdrp_info("libibverbs' relocations can not be written: its own ibv_reg_mr reaches "
+			  "the preload");
+		return;
+	}
+	__atomic_store_n(slot, fn, __ATOMIC_RELAXED);
+	if (ro)
+		mprotect(p, page, PROT_READ);
+}
+
+static void own_calls_bypass(void)
+{
+#ifdef GDRP_R_JUMP_SLOT
+	const ElfW(Rela) * rel[2] = { NULL, NULL };
+	size_t relsz[2] = { 0, 0 };
+	const ElfW(Sym) *symtab = NULL;
+	const char *strtab = NULL;
+	struct relro r = { NULL, 0, 0 };
+	struct link_map *l = NULL;
+	Dl_info info;
+
+	if (!real.reg_mr_iova2 ||
+	    !dladdr1((void *)real.reg_mr_iova2, &info, (void **)&l, RTLD_DL_LINKMAP) || !l)
+		return;
+	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
+		/* glibc relocates these in place where the dynamic section is writable */
+		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
+
+		switch (d->d_tag) {
+		case DT_JMPREL:
+			rel[0] = (const void *)p;
+			break;
+		case DT_PLTRELSZ:
+			relsz[0] = d->d_un.d_val;
+			break;
+		case DT_RELA:
+			rel[1] = (const void *)p;
+			break;
+		case DT_RELASZ:
+			relsz[1] = d->d_un.d_val;
+			break;
+		case DT_SYMTAB:
+			symtab = (const void *)p;
+			break;
+		case DT_STRTAB:
+			strtab = (const void *)p;
+			break;
+		}
+	}
+	if (!symtab || !strtab)
+		return;
+	r.l = l;
+	dl_iterate_phdr(find_relro, &r);
+	for (unsigned t = 0; t < 2; t++) {
+		for (size_t i = 0; rel[t] && i < relsz[t] / sizeof(ElfW(Rela)); i++) {
+			const ElfW(Rela) *e = &rel[t][i];
+			unsigned long type = ELF64_R_TYPE(e->r_info), sym = ELF64_R_SYM(e->r_info);
+
+			if ((type == GDRP_R_JUMP_SLOT || type == GDRP_R_GLOB_DAT) && sym &&
+			    !strcmp(strtab + symtab[sym].st_name, "ibv_reg_mr_iova2"))
+				slot_set((void **)(l->l_addr + e->r_offset),
+					 (void *)own_reg_mr_iova2, &r);
+		}
+	}
+#endif
+}
+
 /* The next definitions after the preload, by version: libibverbs' (another interposer's, if one
  * comes between). A node this libibverbs lacks leaves its slot NULL, quietly: nothing can refer to
- * it, and the program runs as it would without the preload. */
+ * it, and the program runs as it would without the preload. Then libibverbs' own calls of
+ * ibv_reg_mr_iova2 are pointed past the preload (own_reg_mr_iova2). */
 static void resolve_all(void)
 {
 	for (unsigned i = 0; i < N_ENTRIES; i++) {
@@ -1029,6 +1156,7 @@ static void resolve_all(void)
 		if (!*entries[i].real)
 			gdrp_debug("libibverbs has no %s@%s", entries[i].name, entries[i].version);
 	}
+	own_calls_bypass();
 }
 
 void *gdrp_verbs_lookup(void *found, const char *name, const char *version)

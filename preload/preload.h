@@ -74,6 +74,8 @@ void gdrp_setup(void);
 
 /* compat-1_0.c: the IBVERBS_1.0 interposers and libibverbs' 1.0 definitions (1.0-layout
  * objects), resolved by interpose.c's binding table. */
+/* Nonzero while this thread is inside libibverbs' 1.0 ibv_reg_mr (interpose.c: own_reg_mr_iova2). */
+extern __thread unsigned gdrp_in_1_0 __attribute__((tls_model("initial-exec")));
 struct gdrp_real_1_0 {
 	struct ibv_mr *(*reg_mr)(void *pd, void *addr, size_t len, int access);
 	int (*dereg_mr)(void *mr);

@@ -8,8 +8,8 @@
  * before its constructor: it resolves libibverbs' definitions on first use.
  *
  * What is not possible: verbs resolved past the process's dlsym (libc's own dlvsym taken from
- * libc.so.6's handle, a dlmopen namespace) are libibverbs' own, and libibverbs' ibv_reg_mr reaches
- * the preload's ibv_reg_mr_iova2 through its PLT: preload/README.md, "Known limits".
+ * libc.so.6's handle, a dlmopen namespace) are libibverbs' own, uncached (libibverbs' ibv_reg_mr
+ * reaches its own ibv_reg_mr_iova2, not the preload's): preload/README.md.
  *
  * Usage: early_prog --expect cached|disabled|direct   (preload_test.sh, over the fake libibverbs)
  *   disabled: with the preload and GDRCACHE_DISABLE=1: the preload's functions, libibverbs' MRs

@@ -21,6 +21,9 @@
 #                           GDRCACHE_DISABLE, over today's rdma-core and 44
 #   early EARLY             verbs resolved in a linked library's constructor, before the preload's;
 #                           resolved past the preload (libc's own dlvsym): libibverbs' MRs throughout
+#   deepbind DEEP LIB       a plugin (LIB) linking libibverbs, dlopened with RTLD_DEEPBIND: its verbs
+#                           are libibverbs' own with and without the preload, and so are its MRs
+#                           (libibverbs' ibv_reg_mr calls ibv_reg_mr_iova2 through its own PLT)
 #   next NEXT               RTLD_NEXT through the preload's dlsym and dlvsym still finds the next object
 #   newnodes NEW            ibv_reg_mr_ex@IBVERBS_1.15, ibv_reg_buf_mr@IBVERBS_1.17 bind to the preload
 #                           (LD_DEBUG); cached / passed through as they must be
@@ -217,6 +220,13 @@ early)
 		"$early" --expect cached || fail "early_prog with the preload"
 	env -u GDRCACHE_LOG LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_DISABLE=1 \
 		"$early" --expect disabled || fail "early_prog with the preload and GDRCACHE_DISABLE=1"
+	;;
+deepbind)
+	deep=$1 lib=$2
+	env -u GDRCACHE_LOG LD_PRELOAD="$GDRP_SAN_RT" LD_LIBRARY_PATH="$GDRP_FAKEDIR" "$deep" "$lib" ||
+		fail "deep_prog without the preload"
+	env -u GDRCACHE_LOG LD_PRELOAD="$preload" LD_LIBRARY_PATH="$GDRP_FAKEDIR" GDRCACHE_BACKEND=peermem \
+		"$deep" "$lib" || fail "deep_prog with the preload"
 	;;
 next)
 	next=$1
@@ -438,7 +448,7 @@ old)
 		fail "old_prog without the preload failed"
 	;;
 *)
-	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|next|newnodes|same|config|nocuda|stress ..."
+	echo "usage: preload_test.sh binding|functional|functional44|disabled|old|dlopen|early|deepbind|next|newnodes|same|config|nocuda|stress ..."
 	exit 2
 	;;
 esac
