@@ -711,12 +711,19 @@ static void gdr_slot_release(struct gdr_file *gf, struct gdr_region *r)
 }
 
 /*
- * Only what NVIDIA's header promises: major 1 (a major bump is a breaking
- * change), minor 2 or later (the first with gpu_uuid).
+ * Page tables whose fields we read are where we read them: 1.2 or a later
+ * minor (1.2 is the first with gpu_uuid; drivers up to 575 emit it), or
+ * major 2 (2.0 since 580.65.06: nv-p2p.h appended a flags field, nothing
+ * else moved). Not NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(): it takes one
+ * major only, so a module built against either header refused the other
+ * drivers' tables. An unknown major may move them: refused.
  */
 static bool gdr_page_table_ok(const struct nvidia_p2p_page_table *pt)
 {
-	return NVIDIA_P2P_PAGE_TABLE_VERSION_COMPATIBLE(pt);
+	u32 major = NVIDIA_P2P_MAJOR_VERSION(pt->version);
+	u32 minor = NVIDIA_P2P_MINOR_VERSION(pt->version);
+
+	return (major == 1 && minor >= 2) || major == 2;
 }
 
 /*

@@ -485,9 +485,9 @@ static int case_provider_faults(struct ctx *c)
 }
 
 /*
- * Page table versions: what NVIDIA's header promises, major 1 with minor >= 2 (1.2 is what
- * drivers emit); 1.1 lacks gpu_uuid, and a new major is a breaking change: refused (and put
- * back).
+ * Page table versions: 1.2 and later minors (what drivers up to 575 emit), and major 2 (2.0 is
+ * what 580.65.06 and later emit: NVIDIA's nv-p2p.h appended a flags field, the fields read here
+ * unchanged); 1.1 lacks gpu_uuid, and an unknown major may change them: refused (and put back).
  */
 static int case_page_table_versions(struct ctx *c)
 {
@@ -512,11 +512,16 @@ static int case_page_table_versions(struct ctx *c)
 	kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, 0, NULL), -EIO,
 		  "PIN, page table version 1.1: EIO");
 	kt_set_param("nvp2p_sim", "page_table_version", "0x00020000");
-	kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, 0, NULL), -EIO,
-		  "PIN, page table version 2.0: EIO");
+	if (kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, 0, &pin), 0,
+		      "PIN, page table version 2.0 (NVIDIA 580.65.06 and later): accepted"))
+		kt_gdr_unpin(fd, pin.handle);
 	kt_set_param("nvp2p_sim", "page_table_version", "0x00020002");
-	kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
-		  -EIO, "PIN persistent, page table version 2.2: EIO");
+	if (kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, &pin), 0,
+		      "PIN persistent, page table version 2.2: accepted"))
+		kt_gdr_unpin(fd, pin.handle);
+	kt_set_param("nvp2p_sim", "page_table_version", "0x00000002");
+	kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, 0, NULL), -EIO,
+		  "PIN, page table version 0.2: EIO");
 	kt_set_param("nvp2p_sim", "page_table_version", "0x00030000");
 	kt_expect(kt_gdr_pin(fd, a, KT_GPU_PAGE, GDRCACHE_PIN_PERSISTENT, NULL),
 		  -EIO, "PIN persistent, page table version 3.0: EIO");
