@@ -48,9 +48,10 @@
  * through its logger, so that each means the same here as there.
  *
  * Nothing is printed for a call that ends as it would without the preload (a program's stderr is
- * its own): such events are logged at info or debug, and unless GDRCACHE_LOG is set the preload
- * creates its cache with the library's logging off (gdr_set_log_level: the library logs
- * the cache's own failures, after which the preload registers the buffer directly).
+ * its own): such events are logged at info or debug, and unless GDRCACHE_LOG is set, or a program
+ * that links the library chose a level itself, the preload creates its cache with the library's
+ * logging off (gdr_private_log_quiet: the library logs the cache's own failures, after which the
+ * preload registers the buffer directly).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -378,9 +379,9 @@ static void cache_create(void)
 	int rc;
 
 	/* Whatever the library reports on the preload's path ends in a direct registration: the
-	 * program sees libibverbs' answer, so its stderr stays its own unless logging was asked for. */
-	if (!gdrp_cfg.log_set)
-		gdr_set_log_level(GDR_LOG_NONE);
+	 * program sees libibverbs' answer, so its stderr stays its own unless logging was asked for
+	 * (GDRCACHE_LOG, or a program linking the library that chose a level itself). */
+	(void)gdr_private_log_quiet();
 	in_lib++;
 	rc = gdr_cache_create(&attr, &c);
 	in_lib--;

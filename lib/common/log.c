@@ -85,6 +85,11 @@ const char *gdr_strerror(int err)
 	return s ? s : "Unknown error";
 }
 
+/* Whether the program chose a level (gdr_set_log_level), and the preload's wish for quiet
+ * (gdr_log_quiet) against it: under level_lock. */
+static pthread_mutex_t level_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool level_chosen;
+
 GDR_EXPORT int gdr_set_log_level(int level)
 {
 	int saved = errno, old;
@@ -94,9 +99,25 @@ GDR_EXPORT int gdr_set_log_level(int level)
 		return -EINVAL;
 	}
 	(void)gdr_config_get(); /* GDRCACHE_LOG first, so that this overrides it */
+	pthread_mutex_lock(&level_lock);
+	level_chosen = true;
 	old = __atomic_exchange_n(&gdr_log_level, level, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&level_lock);
 	errno = saved;
 	return old;
+}
+
+bool gdr_log_quiet(void)
+{
+	bool quiet;
+
+	(void)gdr_config_get();
+	pthread_mutex_lock(&level_lock);
+	quiet = !level_chosen && !gdr_config_output()->log_set;
+	if (quiet)
+		__atomic_store_n(&gdr_log_level, GDR_LOG_NONE, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&level_lock);
+	return quiet;
 }
 
 static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };

@@ -3,6 +3,7 @@
 #ifndef GDR_COMMON_LOG_H
 #define GDR_COMMON_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -18,6 +19,10 @@ void gdr_utc_stamp(char *buf, size_t n);
 void gdr_utc_format(char *buf, size_t n, const struct timespec *ts);
 /* An errno's text, untranslated: strerror reads LANGUAGE from the environment (log.c). */
 const char *gdr_strerror(int err);
+/* Logging off, unless GDRCACHE_LOG is set or the program chose a level (gdr_set_log_level, before
+ * or after): whether it was turned off. For the preload, whose calls end as they would without it
+ * (gdr_private_log_quiet). */
+bool gdr_log_quiet(void);
 void gdr_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define gdr_log(level, ...)                                                                        \

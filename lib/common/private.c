@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "common/defs.h"
+#include "common/log.h"
 #include "common/output.h"
 #include "common/private.h"
 
@@ -51,4 +52,9 @@ GDR_EXPORT int gdr_private_stats_on_signal(void (*fn)(const char *why))
 	if (!rc && gdr_config_get()->stats)
 		gdr_stats_signal_setup();
 	return rc;
+}
+
+GDR_EXPORT bool gdr_private_log_quiet(void)
+{
+	return gdr_log_quiet();
 }

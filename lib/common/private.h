@@ -31,6 +31,10 @@ int gdr_private_config(struct gdr_private_config *cfg, size_t size);
 void gdr_private_log(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* The library's logging off for the preload's sake, unless GDRCACHE_LOG is set or the program
+ * itself chose a level with gdr_set_log_level (which a later call still does): whether it was. */
+bool gdr_private_log_quiet(void);
+
 /* gdr_stats_emit (output.h). */
 void gdr_private_stats_emit(const char *source, const char *why, const char *prefix,
 			    const char *head, const struct gdr_stat *v, unsigned n);

@@ -27,12 +27,14 @@
 #   next NEXT               RTLD_NEXT through the preload's dlsym and dlvsym still finds the next object
 #   newnodes NEW            ibv_reg_mr_ex@IBVERBS_1.15, ibv_reg_buf_mr@IBVERBS_1.17 bind to the preload
 #                           (LD_DEBUG); cached / passed through as they must be
-#   config TEST SAME        every GDRCACHE_* variable means in the preload what it means in the
+#   config TEST SAME LOG    every GDRCACHE_* variable means in the preload what it means in the
 #                           library (one parser, one logger): GDRCACHE_LOG=3 is info in both,
 #                           GDRCACHE_STATS=off prints nothing, GDRCACHE_DISABLE=no caches, a
 #                           malformed value is refused with the library's message and passes
 #                           through; GDRCACHE_LOG_FILE takes the preload's lines too;
-#                           GDRCACHE_STATS_SIGNAL writes the preload's counters
+#                           GDRCACHE_STATS_SIGNAL writes the preload's counters; a program
+#                           linking the library (LOG) that chose a log level keeps it under the
+#                           preload (the preload quiets the library only where nobody chose one)
 #   nocuda NOCUDA           a program that never loads the CUDA driver: 200 host registrations make
 #                           the loader search for libcuda.so.1 at most once (LD_DEBUG=libs), and
 #                           get libibverbs' own MRs; the preload makes no shadow record (records 0)
@@ -348,7 +350,28 @@ same)
 	fi
 	;;
 config)
-	test=$1 same=$2
+	test=$1 same=$2 loglevel=$3
+	# A program that links the library and chose its level: the library's error lines before
+	# and after the preload's first GPU registration (which creates the preload's cache), as
+	# without the preload; one that chose none: quiet from then on, under the preload only.
+	for how in chose default; do
+		for pre in "$GDRP_SAN_RT" "$preload"; do
+			env -u GDRCACHE_LOG LD_PRELOAD="$pre" LD_LIBRARY_PATH="$GDRP_FAKEDIR" \
+				GDRCACHE_BACKEND=peermem "$loglevel" $how >/dev/null 2>"$tmp/err"
+			rc=$?
+			[ $rc -eq 77 ] && exit 77
+			n=$(grep -c 'error: .*reserved' "$tmp/err")
+			want=2
+			[ $how = default ] && [ "$pre" = "$preload" ] && want=1
+			what="a program that links the library, level $how, ${pre:+under the preload}"
+			if [ $rc -eq 0 ] && [ "$n" -eq $want ]; then
+				pass "$what: $n error lines of the library"
+			else
+				fail "$what: exit $rc, $n error lines of the library (want $want)"
+				cat "$tmp/err"
+			fi
+		done
+	done
 	# GDRCACHE_LOG=3 is info, in the library's parser and so in the preload (which once knew
 	# only the names): the same info lines as with GDRCACHE_LOG=info.
 	for lvl in info 3; do
