@@ -922,13 +922,18 @@ static bool cache_in_use(void)
 	       __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
 }
 
+/* Once libibverbs has freed pd, another thread may allocate a PD at its address and register GPU
+ * memory with it before this returns: pd is forgotten only if nobody noted it since. */
 GDRP_SYMBOL("ibv_dealloc_pd@@IBVERBS_1.1")
 int gdrp_dealloc_pd(struct ibv_pd *pd)
 {
+	bool known = false;
+	uint64_t notes;
 	int rc;
 
 	setup();
-	if (cache_in_use() && pd && gdrp_pd_known(pd)) {
+	if (cache_in_use() && pd && gdrp_pd_known(pd, &notes)) {
+		known = true;
 		rc = release_pd(pd);
 		if (rc == -EBUSY)
 			gdrp_info(
@@ -940,8 +945,8 @@ int gdrp_dealloc_pd(struct ibv_pd *pd)
 	PASS(rc, dealloc_pd, pd);
 	if (!real.dealloc_pd)
 		return ENOSYS;
-	if (!rc && pd)
-		gdrp_pd_forget(pd);
+	if (!rc && known)
+		gdrp_pd_forget_noted(pd, notes);
 	return rc;
 }
 

@@ -267,6 +267,7 @@ unsigned gdrp_orphan_pd(struct ibv_pd *pd, struct gdr_region **regions, unsigned
 struct pd_node {
 	struct ibv_pd *key;
 	struct ibv_context *ctx; /* read when the PD was valid: never read pd->context later */
+	uint64_t notes;          /* gdrp_pd_note calls since it was added */
 	UT_hash_handle hh;
 };
 
@@ -282,11 +283,17 @@ int gdrp_pd_note(struct ibv_pd *pd)
 
 	pthread_mutex_lock(&lock);
 	HASH_FIND_PTR(pds, &pd, n);
-	if (!n) {
+	if (n) {
+		/* Maybe a PD at the address of one being deallocated (gdrp_pd_forget_noted), of
+		 * another device. */
+		n->ctx = pd->context;
+		n->notes++;
+	} else {
 		n = malloc(sizeof(*n));
 		if (n) {
 			n->key = pd;
 			n->ctx = pd->context;
+			n->notes = 0;
 			oom = false;
 			HASH_ADD_PTR(pds, key, n);
 			if (oom) {
@@ -300,12 +307,13 @@ int gdrp_pd_note(struct ibv_pd *pd)
 	return rc;
 }
 
-bool gdrp_pd_known(struct ibv_pd *pd)
+bool gdrp_pd_known(struct ibv_pd *pd, uint64_t *notes)
 {
 	struct pd_node *n;
 
 	pthread_mutex_lock(&lock);
 	HASH_FIND_PTR(pds, &pd, n);
+	*notes = n ? n->notes : 0;
 	pthread_mutex_unlock(&lock);
 	return n != NULL;
 }
@@ -318,6 +326,20 @@ void gdrp_pd_forget(struct ibv_pd *pd)
 	HASH_FIND_PTR(pds, &pd, n);
 	if (n)
 		HASH_DEL(pds, n);
+	pthread_mutex_unlock(&lock);
+	free(n);
+}
+
+void gdrp_pd_forget_noted(struct ibv_pd *pd, uint64_t notes)
+{
+	struct pd_node *n;
+
+	pthread_mutex_lock(&lock);
+	HASH_FIND_PTR(pds, &pd, n);
+	if (n && n->notes == notes)
+		HASH_DEL(pds, n);
+	else
+		n = NULL;
 	pthread_mutex_unlock(&lock);
 	free(n);
 }

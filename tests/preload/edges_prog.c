@@ -18,7 +18,10 @@
  *  - threads that exit with free records: their records are reused; threads made and gone by the
  *    thousand: the heap does not grow with them;
  *  - zero and wrapping lengths as libibverbs answers; ibv_reg_mr_ex's masks; ibv_rereg_mr onto
- *    host memory then two releases, and onto another PD then ibv_dealloc_pd of that PD.
+ *    host memory then two releases, and onto another PD then ibv_dealloc_pd of that PD;
+ *  - a PD deallocated (at once, after EBUSY for a shadow or for a host MR held) and another at
+ *    its address: the same range gets an MR of the new PD; a PD allocated at a deallocated one's
+ *    address by another thread while ibv_dealloc_pd returns: its MRs are released with it.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,6 +29,7 @@
 #include <malloc.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +49,7 @@ static uint64_t (*fcount)(const char *);
 static unsigned (*flive)(const struct ibv_pd *);
 static int (*fis_mr)(const struct ibv_mr *);
 static int (*finfo)(const struct ibv_mr *, int *, uint64_t *);
+static void (*fhooks)(void (*)(struct ibv_pd *), void (*)(struct ibv_mr *));
 
 static int failures;
 static struct ibv_context *ctx;
@@ -563,6 +568,123 @@ static void test_thread_churn(void)
 	gpu_free(buf);
 }
 
+/* A PD deallocated and another allocated at its address (the fake hands a freed PD's address out
+ * again at once, as malloc often does): the same GPU range registered with the new PD gets an MR
+ * of that PD, never the cached MR of the old one. Deallocated at once; after EBUSY for a shadow
+ * held; after EBUSY for a host MR held (libibverbs' own: the cache's MRs were released by then,
+ * and the ones made after are released by the later ibv_dealloc_pd). */
+static void test_pd_reuse(void)
+{
+	char *buf = gpu_alloc(65536), *host = malloc(4096);
+	struct ibv_pd *p1 = ibv_alloc_pd(ctx), *p2;
+	struct ibv_mr *m = p1 ? ibv_reg_mr(p1, buf, 4096, LW) : NULL, *h;
+
+	CHECK(cached(m), "a shadow on a PD of its own");
+	CHECK(m && ibv_dereg_mr(m) == 0 && ibv_dealloc_pd(p1) == 0 && flive(p1) == 0,
+	      "released, the PD deallocates: the cache's MR on it deregistered");
+	p2 = ibv_alloc_pd(ctx);
+	CHECK(p2 == p1, "a new PD at the deallocated one's address");
+	m = ibv_reg_mr(p2, buf, 4096, LW);
+	CHECK(cached(m) && m->pd == p2 && flive(p2) == 1,
+	      "the same range on the new PD: an MR of the new PD (%u live on it)", flive(p2));
+	CHECK(ibv_dealloc_pd(p2) == EBUSY && flive(p2) == 1, "a shadow held: EBUSY, its MR stays");
+	CHECK(m && ibv_dereg_mr(m) == 0 && ibv_dealloc_pd(p2) == 0 && flive(p2) == 0,
+	      "released: the PD deallocates");
+
+	p2 = ibv_alloc_pd(ctx);
+	m = p2 ? ibv_reg_mr(p2, buf, 4096, LW) : NULL;
+	h = p2 && host ? ibv_reg_mr(p2, host, 4096, LW) : NULL;
+	CHECK(p2 == p1 && cached(m) && h && fis_mr(h), "again at that address: a shadow, a host MR");
+	CHECK(m && ibv_dereg_mr(m) == 0 && ibv_dealloc_pd(p2) == EBUSY && flive(p2) == 1,
+	      "the host MR held: EBUSY, only the cache's MR released");
+	m = ibv_reg_mr(p2, buf, 4096, LW);
+	CHECK(cached(m) && flive(p2) == 2 && ibv_dereg_mr(m) == 0,
+	      "the GPU range again on the PD that stayed: a new MR of the cache");
+	CHECK(h && ibv_dereg_mr(h) == 0 && ibv_dealloc_pd(p2) == 0 && flive(p2) == 0,
+	      "the host MR released: the PD deallocates, the cache's later MR released with it");
+	p2 = ibv_alloc_pd(ctx);
+	m = p2 ? ibv_reg_mr(p2, buf, 4096, LW) : NULL;
+	CHECK(p2 == p1 && cached(m) && flive(p2) == 1,
+	      "and at that address once more: an MR of the new PD");
+	CHECK(m && ibv_dereg_mr(m) == 0 && ibv_dealloc_pd(p2) == 0 && flive(p2) == 0,
+	      "released, deallocated");
+	free(host);
+	gpu_free(buf);
+}
+
+/* Another thread allocates a PD at the address of one whose ibv_dealloc_pd has freed it but not
+ * yet returned (the fake's after_dealloc hook runs the other thread then), and registers GPU memory
+ * with it: that PD's cached MRs must still be released by its own ibv_dealloc_pd (same device),
+ * and by ibv_close_device (another device). */
+static struct ibv_context *reuse_ctx;
+static struct ibv_pd *reuse_pd;
+static char *reuse_buf;
+static sem_t reuse_go, reuse_done;
+
+static void *reuse_thread(void *arg)
+{
+	struct ibv_mr *m;
+
+	(void)arg;
+	sem_wait(&reuse_go);
+	reuse_pd = ibv_alloc_pd(reuse_ctx);
+	m = reuse_pd ? ibv_reg_mr(reuse_pd, reuse_buf, 4096, LW) : NULL;
+	CHECK(cached(m) && flive(reuse_pd) == 1, "another thread: a shadow on the new PD");
+	if (m)
+		ibv_dereg_mr(m);
+	sem_post(&reuse_done);
+	return NULL;
+}
+
+static void reuse_hook(struct ibv_pd *freed)
+{
+	(void)freed;
+	fhooks(NULL, NULL); /* once */
+	sem_post(&reuse_go);
+	sem_wait(&reuse_done);
+}
+
+static void test_pd_reused_while_dealloc(void)
+{
+	struct ibv_context *other = open_ctx();
+
+	reuse_buf = gpu_alloc(65536);
+	sem_init(&reuse_go, 0, 0);
+	sem_init(&reuse_done, 0, 0);
+	for (int same = 1; same >= 0; same--) {
+		struct ibv_pd *p1 = ibv_alloc_pd(ctx);
+		struct ibv_mr *m = p1 ? ibv_reg_mr(p1, reuse_buf, 4096, LW) : NULL;
+		uint64_t left0 = fcount("close_left");
+		pthread_t th;
+		int rc;
+
+		CHECK(cached(m) && m && ibv_dereg_mr(m) == 0, "a cached MR on a PD");
+		reuse_ctx = same ? ctx : other;
+		reuse_pd = NULL;
+		pthread_create(&th, NULL, reuse_thread, NULL);
+		fhooks(reuse_hook, NULL);
+		rc = ibv_dealloc_pd(p1);
+		pthread_join(th, NULL);
+		CHECK(rc == 0 && reuse_pd == p1,
+		      "the PD deallocates (%d); another thread's new PD got its address", rc);
+		if (same) {
+			rc = reuse_pd ? ibv_dealloc_pd(reuse_pd) : -1;
+			CHECK(rc == 0 && flive(p1) == 0,
+			      "that PD deallocates, its cached MR released (%d, %u MRs left)", rc,
+			      flive(p1));
+		} else {
+			rc = ibv_close_device(other);
+			other = NULL;
+			CHECK(rc == 0 && fcount("close_left") == left0,
+			      "its device (another) closes with no MR of the cache on it (%llu left)",
+			      (unsigned long long)(fcount("close_left") - left0));
+		}
+	}
+	sem_destroy(&reuse_go);
+	sem_destroy(&reuse_done);
+	gpu_free(reuse_buf);
+}
+
 int main(int argc, char **argv)
 {
 	void *cuctx;
@@ -573,7 +695,8 @@ int main(int argc, char **argv)
 	*(void **)&flive = dlsym(RTLD_DEFAULT, "fake_ibv_live_mrs");
 	*(void **)&fis_mr = dlsym(RTLD_DEFAULT, "fake_ibv_is_mr");
 	*(void **)&finfo = dlsym(RTLD_DEFAULT, "fake_ibv_mr_info");
-	if (!fcount || !flive || !fis_mr || !finfo) {
+	*(void **)&fhooks = dlsym(RTLD_DEFAULT, "fake_ibv_set_hooks");
+	if (!fcount || !flive || !fis_mr || !finfo || !fhooks) {
 		printf("edges_prog: not running over the fake libibverbs (LD_LIBRARY_PATH)\n");
 		return 77;
 	}
@@ -603,6 +726,8 @@ int main(int argc, char **argv)
 	test_wrapped_double();
 	test_pool_stale();
 	test_reg_mr_ex();
+	test_pd_reuse();
+	test_pd_reused_while_dealloc();
 	CHECK(ibv_dealloc_pd(pd) == 0, "the PD deallocates");
 	CHECK(ibv_close_device(ctx) == 0, "the device closes");
 	printf("%s: %d failed\n", argv[0], failures);

@@ -18,7 +18,10 @@
  *    forks while other threads register needs of a real libibverbs;
  *  - today's rdma-core nodes (fake_ibverbs_new.map): ibv_reg_mr_ex (IBVERBS_1.15), ibv_alloc_buf,
  *    ibv_free_buf, ibv_reg_buf_mr (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the
- *    PLT as in rdma-core. Built with FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's.
+ *    PLT as in rdma-core. Built with FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's;
+ *  - a freed PD's address is handed out again at once (pd_pool), and a test may run code of its own
+ *    at two points (fake_ibv_set_hooks): once ibv_dealloc_pd has freed a PD (before it returns),
+ *    and as ibv_rereg_mr starts, for an interleaving with another thread's call.
  * Tests read its counters through fake_ibv_* (FAKE_IBVERBS node), found with dlsym.
  */
 #define _GNU_SOURCE
@@ -64,6 +67,9 @@ static const char *const names[C_N] = {
 };
 static uint64_t counts[C_N];
 static int rereg_supported = 1;
+/* fake_ibv_set_hooks: called on the caller's thread, outside the lock */
+static void (*after_dealloc_hook)(struct ibv_pd *pd);
+static void (*before_rereg_hook)(struct ibv_mr *mr);
 
 static void count(int c)
 {
@@ -143,6 +149,16 @@ EXPORT int fake_ibv_mr_info(const struct ibv_mr *mr, int *access, uint64_t *iova
 EXPORT void fake_ibv_set_rereg(int supported)
 {
 	__atomic_store_n(&rereg_supported, supported, __ATOMIC_RELAXED);
+}
+
+/* Code of the test's own, run on the calling thread, outside the lock (NULL: none): after_dealloc
+ * once ibv_dealloc_pd has freed pd (its address may be handed out again) and before it returns 0;
+ * before_rereg as ibv_rereg_mr starts, before it looks at mr. */
+EXPORT void fake_ibv_set_hooks(void (*after_dealloc)(struct ibv_pd *pd),
+			       void (*before_rereg)(struct ibv_mr *mr))
+{
+	__atomic_store_n(&after_dealloc_hook, after_dealloc, __ATOMIC_RELEASE);
+	__atomic_store_n(&before_rereg_hook, before_rereg, __ATOMIC_RELEASE);
 }
 
 /* ---- Devices, contexts, PDs ------------------------------------------------------------------------ */
@@ -255,6 +271,7 @@ struct ibv_pd *fake_alloc_pd(struct ibv_context *c)
 VERSIONED("ibv_dealloc_pd@@IBVERBS_1.1")
 int fake_dealloc_pd(struct ibv_pd *pd)
 {
+	void (*hook)(struct ibv_pd *) = __atomic_load_n(&after_dealloc_hook, __ATOMIC_ACQUIRE);
 	struct fake_pd *p = (struct fake_pd *)pd;
 
 	count(C_DEALLOC_PD);
@@ -265,6 +282,8 @@ int fake_dealloc_pd(struct ibv_pd *pd)
 	pthread_mutex_lock(&lock);
 	p->magic = 0;
 	pthread_mutex_unlock(&lock);
+	if (hook)
+		hook(pd);
 	return 0;
 }
 
@@ -384,8 +403,11 @@ VERSIONED("ibv_rereg_mr@@IBVERBS_1.1")
 int fake_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
 		  int access)
 {
+	void (*hook)(struct ibv_mr *) = __atomic_load_n(&before_rereg_hook, __ATOMIC_ACQUIRE);
 	int found;
 
+	if (hook)
+		hook(mr);
 	count(C_REREG);
 	/* libibverbs' checks, in its order */
 	found = fake_ibv_is_mr(mr);
