@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mrtab.h"
@@ -951,30 +952,53 @@ int gdrp_dealloc_pd(struct ibv_pd *pd)
 }
 
 #define GDRP_BATCH 64
+/* How long ibv_close_device waits, at most, for holds on its PDs that calls on other threads still
+ * have (GDRP_CLOSE_WAIT_MS tries, a millisecond apart). */
+#define GDRP_CLOSE_WAIT_MS 5000
+
+/* pd's shadows the program holds become orphans; their holds are given back. */
+static void orphan_pd(struct ibv_pd *pd)
+{
+	struct gdr_region *regions[GDRP_BATCH];
+	unsigned k;
+
+	do {
+		k = gdrp_orphan_pd(pd, regions, GDRP_BATCH);
+		for (unsigned j = 0; j < k && j < GDRP_BATCH; j++) {
+			region_put(regions[j]);
+			COUNT(orphaned);
+		}
+	} while (k > GDRP_BATCH);
+}
 
 /* Before ctx goes away: no MR of the cache may outlive it. Shadows the program still holds on it
- * are dropped from the cache (the program's later ibv_dereg_mr of them only frees them). */
+ * are dropped from the cache (the program's later ibv_dereg_mr of them only frees them). A hold
+ * left after that is a call in flight on another thread (an ibv_dereg_mr or ibv_rereg_mr that took
+ * its shadow before orphan_pd looked, a registration not yet handed out): it is waited for, and
+ * what it publishes orphaned, so that the cache deregisters the MR while the device is open: an MR
+ * left in the cache would outlive its device, and be served to the next PD at the same address. */
 static void release_context(struct ibv_context *ctx)
 {
+	struct timespec ms = { 0, 1000000 };
 	struct ibv_pd *pds[GDRP_BATCH];
-	struct gdr_region *regions[GDRP_BATCH];
-	unsigned n, k;
+	unsigned n;
+	int rc;
 
 	n = gdrp_pds_of(ctx, pds, GDRP_BATCH);
 	for (unsigned i = 0; i < n && i < GDRP_BATCH; i++) {
 		if (release_pd(pds[i]) == -EBUSY) {
-			do {
-				k = gdrp_orphan_pd(pds[i], regions, GDRP_BATCH);
-				for (unsigned j = 0; j < k && j < GDRP_BATCH; j++) {
-					region_put(regions[j]);
-					COUNT(orphaned);
-				}
-			} while (k > GDRP_BATCH);
 			/* As without the cache: the kernel releases them with the device. */
 			gdrp_info("ibv_close_device(%p): the program still held MRs of pd %p; "
 				  "they are released with the device",
 				  (void *)ctx, (void *)pds[i]);
-			if (release_pd(pds[i]))
+			for (unsigned t = 0;; t++) {
+				orphan_pd(pds[i]);
+				rc = release_pd(pds[i]);
+				if (rc != -EBUSY || t == GDRP_CLOSE_WAIT_MS)
+					break;
+				nanosleep(&ms, NULL);
+			}
+			if (rc)
 				gdrp_info("pd %p: the cache still holds MRs as the device closes",
 					  (void *)pds[i]);
 		}

@@ -21,7 +21,8 @@
  *    host memory then two releases, and onto another PD then ibv_dealloc_pd of that PD;
  *  - a PD deallocated (at once, after EBUSY for a shadow or for a host MR held) and another at
  *    its address: the same range gets an MR of the new PD; a PD allocated at a deallocated one's
- *    address by another thread while ibv_dealloc_pd returns: its MRs are released with it.
+ *    address by another thread while ibv_dealloc_pd returns, and a device closed while another
+ *    thread re-registers a shadow on it: no MR of the cache outlives its PD or device.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_cuda.h"
@@ -685,6 +687,91 @@ static void test_pd_reused_while_dealloc(void)
 	gpu_free(reuse_buf);
 }
 
+/* ibv_close_device while another thread's ibv_rereg_mr of a shadow on that device is inside
+ * libibverbs (the fake's before_rereg hook holds it there until the device has closed, or for
+ * 300 ms): no MR of the cache outlives the device, and a new PD at the closed one's address never
+ * gets one of its MRs. */
+static sem_t rr_in, rr_go;
+static struct ibv_mr *rr_mr;
+static int rr_rc;
+static uint64_t rr_close0;
+
+static void rr_hook(struct ibv_mr *mr)
+{
+	(void)mr;
+	fhooks(NULL, NULL); /* once */
+	sem_post(&rr_in);
+	sem_wait(&rr_go);
+}
+
+static void *rr_thread(void *arg)
+{
+	volatile int rd = LW | IBV_ACCESS_REMOTE_READ;
+
+	(void)arg;
+	rr_rc = ibv_rereg_mr(rr_mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rd);
+	return NULL;
+}
+
+/* Lets the re-registration go once the device has closed, or after 300 ms. */
+static void *rr_release(void *arg)
+{
+	struct timespec ts = { 0, 1000000 };
+
+	(void)arg;
+	for (int i = 0; i < 300 && fcount("close") == rr_close0; i++)
+		nanosleep(&ts, NULL);
+	sem_post(&rr_go);
+	return NULL;
+}
+
+static void test_close_under_rereg(void)
+{
+	char *buf = gpu_alloc(65536);
+	struct ibv_context *c = open_ctx(), *c3;
+	struct ibv_pd *p = c ? ibv_alloc_pd(c) : NULL, *p3;
+	uint64_t left0 = fcount("close_left");
+	pthread_t th, rel;
+	struct ibv_mr *m;
+	int rc;
+
+	rr_mr = p ? ibv_reg_mr(p, buf, 4096, LW) : NULL;
+	CHECK(cached(rr_mr), "a shadow on a second device");
+	if (!cached(rr_mr))
+		return;
+	sem_init(&rr_in, 0, 0);
+	sem_init(&rr_go, 0, 0);
+	fhooks(NULL, rr_hook);
+	pthread_create(&th, NULL, rr_thread, NULL);
+	sem_wait(&rr_in); /* the shadow is being re-registered */
+	rr_close0 = fcount("close");
+	pthread_create(&rel, NULL, rr_release, NULL);
+	rc = ibv_close_device(c);
+	pthread_join(rel, NULL);
+	pthread_join(th, NULL);
+	sem_destroy(&rr_in);
+	sem_destroy(&rr_go);
+	CHECK(rc == 0 && fcount("close_left") == left0,
+	      "the device closes with no MR of the cache on it (%llu left; the re-registration "
+	      "returned %d)",
+	      (unsigned long long)(fcount("close_left") - left0), rr_rc);
+	CHECK(ibv_dereg_mr(rr_mr) == 0, "the shadow released after the close");
+	c3 = open_ctx();
+	p3 = c3 ? ibv_alloc_pd(c3) : NULL;
+	m = p3 ? ibv_reg_mr(p3, buf, 4096, LW) : NULL;
+	CHECK(p3 == p && cached(m) && flive(p3) == 1,
+	      "a new device's PD at the closed one's address: the same range gets an MR of the new "
+	      "PD (%u live on it)",
+	      p3 ? flive(p3) : 0);
+	if (m)
+		ibv_dereg_mr(m);
+	if (p3)
+		ibv_dealloc_pd(p3);
+	if (c3)
+		ibv_close_device(c3);
+	gpu_free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	void *cuctx;
@@ -728,6 +815,7 @@ int main(int argc, char **argv)
 	test_reg_mr_ex();
 	test_pd_reuse();
 	test_pd_reused_while_dealloc();
+	test_close_under_rereg();
 	CHECK(ibv_dealloc_pd(pd) == 0, "the PD deallocates");
 	CHECK(ibv_close_device(ctx) == 0, "the device closes");
 	printf("%s: %d failed\n", argv[0], failures);
