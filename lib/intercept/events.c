@@ -2,9 +2,12 @@
 /*
  * The free-event ring and the table of frees in flight (events.h). Ring producers are the hooks of
  * the driver's free and allocation functions, on any thread, possibly many at once: a producer
- * reserves a number with one fetch-add on `head`, writes its slot, then publishes the slot's
- * sequence. Consumers (caches, under their own lock) read a slot whose sequence is theirs, then
- * check that no producer of a later lap has reserved it since.
+ * reserves a number with one fetch-add on `head`, claims its slot (the slot's sequence, marked
+ * WRITING, by compare-and-swap), writes it, then publishes the slot's sequence. Consumers (caches,
+ * under their own lock) read a slot whose sequence is theirs, then check that no producer has
+ * claimed it since. A producer delayed between its fetch-add and its claim for a whole lap finds
+ * the slot a later lap's (its event is overwritten: head shows it) or being written by another
+ * (it gives its event up and says so in `lost`): it never writes over a later lap's event.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,7 +15,8 @@
 #include "intercept/events.h"
 
 struct slot {
-	uint64_t seq; /* number of the event stored + 1; 0: never written */
+	/* number of the event stored + 1, | WRITING while its producer writes; 0: never written */
+	uint64_t seq;
 	uint64_t start, len;
 	uint32_t kind;
 };
@@ -20,6 +24,12 @@ struct slot {
 /* The head, alone on its line: every hit reads it (events.h), producers write it. */
 struct gdr_events_head_line gdr_events_head_line;
 #define HEAD gdr_events_head_line.head
+#define WRITING (1ull << 63) /* in a slot's seq: claimed, being written (numbers stay below) */
+
+/* Events below this number may have been given up by their producers (see above). */
+static uint64_t lost;
+
+void (*gdr_events_push_hook)(int where, uint64_t n);
 
 static struct {
 	struct slot ring[GDR_EVENTS_RING] __attribute__((aligned(64)));
@@ -29,11 +39,30 @@ void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
 {
 	uint64_t n = __atomic_fetch_add(&HEAD, 1, __ATOMIC_ACQ_REL);
 	struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
+	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE), l;
 
-	/* Release stores: a consumer that reads any of them also sees `head` past n (see below). */
+	if (gdr_events_push_hook)
+		gdr_events_push_hook(0, n);
+	do {
+		if (q & WRITING || q > n) {
+			/* Another producer's, a lap later or still writing an earlier one: ours is
+			 * given up, and consumers are told (a later lap's already shows in head). */
+			l = __atomic_load_n(&lost, __ATOMIC_RELAXED);
+			while (l < n + 1 &&
+			       !__atomic_compare_exchange_n(&lost, &l, n + 1, false,
+							    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				;
+			return;
+		}
+	} while (!__atomic_compare_exchange_n(&s->seq, &q, (n + 1) | WRITING, false,
+					      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	/* Release stores after the claim: a consumer that reads any of them also sees the claim
+	 * when it reads seq again (see below). */
 	__atomic_store_n(&s->start, start, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->len, len, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->kind, kind, __ATOMIC_RELEASE);
+	if (gdr_events_push_hook)
+		gdr_events_push_hook(1, n);
 	__atomic_store_n(&s->seq, n + 1, __ATOMIC_RELEASE);
 }
 
@@ -47,14 +76,21 @@ int gdr_events_get(uint64_t seq, struct gdr_event *out)
 	struct slot *s = &ev.ring[seq & (GDR_EVENTS_RING - 1)];
 	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
 
-	if (q != seq + 1)
-		return q > seq + 1 || gdr_events_head() - seq > GDR_EVENTS_RING ? -ERANGE : -EAGAIN;
+	if (q != seq + 1) {
+		if ((q & ~WRITING) > seq + 1 || gdr_events_head() - seq > GDR_EVENTS_RING)
+			return -ERANGE; /* a later lap's */
+		if (q == ((seq + 1) | WRITING))
+			return -EAGAIN; /* its producer is writing it */
+		/* Not claimed for seq yet: its producer is about to, or gave it up. */
+		return __atomic_load_n(&lost, __ATOMIC_SEQ_CST) > seq ? -ERANGE : -EAGAIN;
+	}
 	out->start = __atomic_load_n(&s->start, __ATOMIC_ACQUIRE);
 	out->len = __atomic_load_n(&s->len, __ATOMIC_ACQUIRE);
 	out->kind = __atomic_load_n(&s->kind, __ATOMIC_ACQUIRE);
-	/* A producer of a later lap (number seq + RING or more) reserved before it wrote: if what
-	 * was read is its, head shows it. */
-	if (gdr_events_head() - seq > GDR_EVENTS_RING)
+	/* Claimed again since (a slot's number only grows): if what was read is a later producer's,
+	 * seq shows its claim. */
+	if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != seq + 1 ||
+	    gdr_events_head() - seq > GDR_EVENTS_RING)
 		return -ERANGE;
 	return 0;
 }

@@ -56,6 +56,9 @@ static inline uint64_t gdr_events_head(void)
 }
 /* Event number seq. 0; -EAGAIN: reserved but not yet written (retry); -ERANGE: overwritten (lost). */
 int gdr_events_get(uint64_t seq, struct gdr_event *ev);
+/* For tests: called inside gdr_events_push_kind after event n is reserved (where 0) and before its
+ * slot is published (where 1). NULL in the library. */
+extern void (*gdr_events_push_hook)(int where, uint64_t n);
 
 /* Announce a free of [start, start+len) (len 0: the allocation at start; GDR_EVENT_ALL_LEN:
  * everything) until gdr_events_free_end(the returned token). Lock-free, never fails. */

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cache/cache.h"
+#include "cache/caches.h"
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
@@ -330,6 +331,67 @@ static void test_lost_events_drop_everything(void **state)
 	assert_int_equal(gdr_cache_flush(cache), 1);
 	assert_int_equal(stats().detached, 0);
 	free_evented(a);
+}
+
+/* A producer of the event ring delayed between reserving event n and writing its slot for a whole
+ * lap: meanwhile event n + RING, a free of b, is published in the same slot. The delayed producer
+ * then wrote its range over it, and a cache whose next event was past n (it had lost events and
+ * jumped ahead) read event n + RING as the delayed one's range: the free of b was lost and the
+ * cache served b's freed buffer. The ring's push hook (events.h) runs the other threads' events
+ * inside the delayed producer's call. */
+static struct {
+	uint64_t n, b, drained;
+	int tokq, in;
+} late;
+
+static void late_producer(int where, uint64_t n)
+{
+	if (late.in || n != late.n)
+		return;
+	late.in = 1;
+	if (where == 0) {
+		/* Event n reserved, not written: a few events, the lagging cache jumps past n when it
+		 * applies them, b is registered, then events up to n + RING, a free of b. */
+		for (int i = 0; i < 10; i++)
+			gdr_events_push_kind(GDR_EV_ALLOC, 0x6000000000ull, 4096);
+		assert_int_equal(gdr_cache_flush(cache), 0);
+		assert_int_equal(gdr_dereg(reg(late.b, 4096)), 0);
+		while (gdr_events_head() < n + GDR_EVENTS_RING)
+			gdr_events_push_kind(GDR_EV_ALLOC, 0x6000000000ull, 4096);
+		late.tokq = gdr_events_free_begin(late.b, 0); /* as the free hook: announce, publish, */
+		gdr_events_push(late.b, 0);
+	} else {
+		/* Event n written, not yet published: the free's hook applies the events now. */
+		late.drained = 1;
+		gdr_caches_apply_events();
+	}
+	late.in = 0;
+}
+
+static void test_late_producer_of_an_earlier_lap(void **state)
+{
+	uint64_t id;
+	struct gdr_region *r;
+
+	(void)state;
+	late = (typeof(late)){ .b = fake_cuda_alloc(2 * MiB) };
+	for (unsigned i = 0; i < GDR_EVENTS_RING + 1; i++) /* the cache more than a ring behind */
+		gdr_events_push_kind(GDR_EV_ALLOC, 0x6000000000ull, 4096);
+	late.n = gdr_events_head();
+	gdr_events_push_hook = late_producer;
+	gdr_events_push(0x5000000000ull, 0); /* event n, delayed */
+	gdr_events_push_hook = NULL;
+	if (!late.drained)
+		gdr_caches_apply_events(); /* (event n was given up: no slot to publish) */
+	fake_cuda_free(late.b); /* the driver's free, the address handed out again, the hook ends */
+	assert_int_equal(fake_cuda_alloc(2 * MiB), late.b);
+	gdr_events_free_end(late.tokq);
+	r = reg(late.b, 4096);
+	id = region_id(r);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(id, fake_cuda_buffer_id(late.b)); /* the buffer there now */
+	assert_int_equal(stats().events_lost, 1);          /* the jump alone */
+	free_evented(late.b);
 }
 
 static void test_mode_choice(void **state)
@@ -1023,6 +1085,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_event_range_and_context_destroy, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_lost_events_drop_everything, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_producer_of_an_earlier_lap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mode_choice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_release_on_another_thread_and_double_dereg,
 						setup, teardown),
