@@ -45,7 +45,7 @@
  * had called entry(arg) and been preempted right after the entry's first instruction, push %rbp:
  * the return address is the caller's (a tail call), %rbp pushed, then *flag = 1 and wait for
  * *flag == 2, then go on at entry + 1. */
-__asm__(".text\n"
+__asm__(".pushsection .text\n"
 	".globl enter_parked\n"
 	".type enter_parked, @function\n"
 	"enter_parked:\n"
@@ -57,7 +57,8 @@ __asm__(".text\n"
 	"	cmpl $2, (%rdx)\n"
 	"	jne 1b\n"
 	"	jmp *%r11\n"
-	".size enter_parked, . - enter_parked\n");
+	".size enter_parked, . - enter_parked\n"
+	".popsection\n");
 uint64_t enter_parked(void *entry_plus_1, uint64_t arg, volatile int *flag);
 
 static volatile int flag;

@@ -67,7 +67,7 @@ TARGETS(X)
 	ASM_FN(name) ".p2align 4\n.if " #skip "\n.skip " #skip ", 0xcc\n.endif\n" #name ":\n"      \
 	LIBCUDA_BODY                                                                               \
 	".size " #name ", . - " #name "\n"
-__asm__(".text\n"
+__asm__(".pushsection .text\n"
 	LIBCUDA_TARGET(t_basic, 0)
 	LIBCUDA_TARGET(t_cas16, 4) /* [entry, entry + 5) in one 16-byte block, not one 8-byte word */
 	LIBCUDA_TARGET(t_two_a, 0)
@@ -92,13 +92,14 @@ __asm__(".text\n"
 	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
 	/* aarch64's cases do not exist here */
 	ASM_FN(t_adrp) "t_adrp:\n" ASM_FN(t_b) "t_b:\n" ASM_FN(t_ldr_lit) "t_ldr_lit:\n"
-	ASM_FN(t_cbz) "t_cbz:\nret\n");
+	ASM_FN(t_cbz) "t_cbz:\nret\n"
+	".popsection\n");
 #elif defined(__aarch64__)
 #define LIBCUDA_BODY                                                                               \
 	"stp x29, x30, [sp, #-16]!\nmov x29, sp\nbl patch_test_body\nldp x29, x30, [sp], #16\nret\n"
 #define LIBCUDA_TARGET(name)                                                                       \
 	ASM_FN(name) ".p2align 4\n" #name ":\n" LIBCUDA_BODY ".size " #name ", . - " #name "\n"
-__asm__(".text\n"
+__asm__(".pushsection .text\n"
 	LIBCUDA_TARGET(t_basic)
 	LIBCUDA_TARGET(t_cas16)
 	LIBCUDA_TARGET(t_conc)
@@ -114,7 +115,8 @@ __asm__(".text\n"
 	/* x86-64's cases do not exist here */
 	ASM_FN(t_rip3) "t_rip3:\n" ASM_FN(t_near) "t_near:\nret\n"
 	ASM_FN(t_rip) "t_rip:\n" ASM_FN(t_rip2) "t_rip2:\n" ASM_FN(t_jmp) "t_jmp:\n"
-	ASM_FN(t_straddle) "t_straddle:\nret\n");
+	ASM_FN(t_straddle) "t_straddle:\nret\n"
+	".popsection\n");
 #endif
 
 #define A1 0x0101010101010101L
