@@ -510,16 +510,14 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
 			return rc ? refuse(why, short_why, rc) : 0;
 		if (!(flags & GDR_PATCH_QUIESCENT))
-			return refuse(why,
-				      short_why == SHORT_OUTSIDE
-					      ? "the one-byte jump's stub address is outside the "
-						"address space (a layout without randomisation: "
-						"setarch -R, gdb), and threads may be running the "
-						"function (five-byte jump unsafe)"
-					      : "the one-byte jump's stub address is taken, and "
-						"threads may be running the function (five-byte "
-						"jump unsafe)",
-				      -EBUSY);
+			return refuse(
+				why,
+				short_why == SHORT_OUTSIDE
+					? "one-byte jump's stub address past the top (no ASLR: "
+					  "setarch -R, gdb); five-byte jump unsafe"
+					: "one-byte jump's stub address taken; five-byte jump "
+					  "unsafe while threads may run it",
+				-EBUSY);
 	} else if (!a->entry_is_one_insn && !(flags & GDR_PATCH_QUIESCENT)) {
 		return refuse(why,
 			      "threads may be running the function (multi-instruction rewrite "
