@@ -15,25 +15,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "check.h"
 #include "open_ctx.h"
 
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			failures++;                                                                \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 int main(int argc, char **argv)
 {

@@ -22,24 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
+
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
 
-static int failures;
 static int want_cached, ours, rdma_core_new = 1; /* shadow MRs; the preload's functions */
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			failures++;                                                                \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 /* rdma-core's struct ibv_mr_init_attr (Debian 12's headers lack it), up to addr. */
 struct mr_init_attr {

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "check.h"
 #include "open_ctx.h"
 
 int cuInit(unsigned int flags);
@@ -53,24 +54,11 @@ static int (*fis_mr)(const struct ibv_mr *);
 static int (*finfo)(const struct ibv_mr *, int *, uint64_t *);
 static void (*fhooks)(void (*)(struct ibv_pd *), void (*)(struct ibv_mr *));
 
-static int failures;
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 
 #define LW IBV_ACCESS_LOCAL_WRITE
 #define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			__atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                        \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 static char *gpu_alloc(size_t size)
 {

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "open_ctx.h"
 
 int cuInit(unsigned int flags);
@@ -44,20 +45,6 @@ void *t_alloc_buf(struct ibv_pd *pd, size_t size, void **buf) __asm__("ibv_alloc
 void t_free_buf(void *buf) __asm__("ibv_free_buf");
 struct ibv_mr *t_reg_buf_mr(struct ibv_pd *pd, void *buf, void *addr, size_t len, int access)
 	__asm__("ibv_reg_buf_mr");
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			failures++;                                                                \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 static uint64_t (*fcount)(const char *);
 static int (*fis_mr)(const struct ibv_mr *);

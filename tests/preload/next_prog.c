@@ -13,23 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
+
 void *next_lookup_a(int versioned);
 void *next_lookup_b(int versioned);
 const char *next_probe(void);
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			failures++;                                                                \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 static const char *call(void *fn)
 {

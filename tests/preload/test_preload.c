@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fake_cuda.h"
+#include "check.h"
 #include "open_ctx.h"
 
 int cuInit(unsigned int flags);
@@ -34,20 +35,7 @@ static int (*fis_mr)(const struct ibv_mr *);
 static int (*finfo)(const struct ibv_mr *, int *, uint64_t *);
 static void (*fset_rereg)(int);
 
-static int failures;
 static bool disabled;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (cond) {                                                                        \
-			printf("ok - ");                                                           \
-		} else {                                                                           \
-			printf("not ok - %s:%d: %s: ", __func__, __LINE__, #cond);                 \
-			failures++;                                                                \
-		}                                                                                  \
-		printf(__VA_ARGS__);                                                               \
-		printf("\n");                                                                      \
-	} while (0)
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
