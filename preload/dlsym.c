@@ -62,34 +62,28 @@ static GDRP_NO_SANITIZE bool is_libc(const char *path)
 	return streq(base, "libc.so.6");
 }
 
+GDRP_NO_SANITIZE uintptr_t gdrp_dyn(const struct link_map *l, long tag, bool addr)
+{
+	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
+		if (d->d_tag != tag)
+			continue;
+		/* glibc relocates addresses in place where the dynamic section is writable */
+		if (addr && d->d_un.d_ptr < l->l_addr)
+			return d->d_un.d_ptr + l->l_addr;
+		return d->d_un.d_ptr;
+	}
+	return 0;
+}
+
 /* The default-version definition of name in a loaded object, from its GNU hash table. */
 static GDRP_NO_SANITIZE void *elf_lookup(const struct link_map *l, const char *name)
 {
-	const ElfW(Sym) *symtab = NULL;
-	const ElfW(Half) *versym = NULL;
-	const uint32_t *gnu = NULL;
-	const char *strtab = NULL;
+	const ElfW(Sym) *symtab = (const void *)gdrp_dyn(l, DT_SYMTAB, true);
+	const ElfW(Half) *versym = (const void *)gdrp_dyn(l, DT_VERSYM, true);
+	const uint32_t *gnu = (const void *)gdrp_dyn(l, DT_GNU_HASH, true);
+	const char *strtab = (const void *)gdrp_dyn(l, DT_STRTAB, true);
 	uint32_t h = 5381;
 
-	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
-		/* glibc relocates these in place where the dynamic section is writable */
-		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
-
-		switch (d->d_tag) {
-		case DT_SYMTAB:
-			symtab = (const void *)p;
-			break;
-		case DT_STRTAB:
-			strtab = (const void *)p;
-			break;
-		case DT_GNU_HASH:
-			gnu = (const void *)p;
-			break;
-		case DT_VERSYM:
-			versym = (const void *)p;
-			break;
-		}
-	}
 	if (!symtab || !strtab || !gnu)
 		return NULL;
 	for (const unsigned char *c = (const unsigned char *)name; *c; c++)

@@ -1121,10 +1121,10 @@ static void slot_set(void **slot, void *fn, const struct relro *r)
 static void own_calls_bypass(void)
 {
 #ifdef GDRP_R_JUMP_SLOT
-	const ElfW(Rela) * rel[2] = { NULL, NULL };
-	size_t relsz[2] = { 0, 0 };
-	const ElfW(Sym) *symtab = NULL;
-	const char *strtab = NULL;
+	const ElfW(Rela) * rel[2];
+	size_t relsz[2];
+	const ElfW(Sym) * symtab;
+	const char *strtab;
 	struct relro r = { NULL, 0, 0 };
 	struct link_map *l = NULL;
 	Dl_info info;
@@ -1132,31 +1132,12 @@ static void own_calls_bypass(void)
 	if (!real.reg_mr_iova2 ||
 	    !dladdr1((void *)real.reg_mr_iova2, &info, (void **)&l, RTLD_DL_LINKMAP) || !l)
 		return;
-	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
-		/* glibc relocates these in place where the dynamic section is writable */
-		uintptr_t p = d->d_un.d_ptr < l->l_addr ? d->d_un.d_ptr + l->l_addr : d->d_un.d_ptr;
-
-		switch (d->d_tag) {
-		case DT_JMPREL:
-			rel[0] = (const void *)p;
-			break;
-		case DT_PLTRELSZ:
-			relsz[0] = d->d_un.d_val;
-			break;
-		case DT_RELA:
-			rel[1] = (const void *)p;
-			break;
-		case DT_RELASZ:
-			relsz[1] = d->d_un.d_val;
-			break;
-		case DT_SYMTAB:
-			symtab = (const void *)p;
-			break;
-		case DT_STRTAB:
-			strtab = (const void *)p;
-			break;
-		}
-	}
+	rel[0] = (const void *)gdrp_dyn(l, DT_JMPREL, true);
+	relsz[0] = gdrp_dyn(l, DT_PLTRELSZ, false);
+	rel[1] = (const void *)gdrp_dyn(l, DT_RELA, true);
+	relsz[1] = gdrp_dyn(l, DT_RELASZ, false);
+	symtab = (const void *)gdrp_dyn(l, DT_SYMTAB, true);
+	strtab = (const void *)gdrp_dyn(l, DT_STRTAB, true);
 	if (!symtab || !strtab)
 		return;
 	r.l = l;

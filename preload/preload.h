@@ -76,6 +76,11 @@ void gdrp_setup(void);
 /* An interposer exported under a versioned name. */
 #define GDRP_SYMBOL(versioned) __attribute__((visibility("default"), symver(versioned)))
 
+/* dlsym.c: the value of a loaded object's dynamic entry tag (0: none), an address (addr) made
+ * absolute. */
+struct link_map;
+uintptr_t gdrp_dyn(const struct link_map *l, long tag, bool addr);
+
 /* compat-1_0.c: the IBVERBS_1.0 interposers and libibverbs' 1.0 definitions (1.0-layout
  * objects), resolved by interpose.c's binding table. */
 /* Nonzero while this thread is inside libibverbs' 1.0 ibv_reg_mr (interpose.c: own_reg_mr_iova2). */
