@@ -518,7 +518,9 @@ void gdr_hooks_stats_line(char *buf, size_t n)
 			buf + off, n - off,
 			"; pins released in frees %llu, deferred %llu; "
 			"out-of-memory reliefs %llu (%llu retries succeeded); %llu ns in free hooks",
-			(unsigned long long)hs.released, (unsigned long long)hs.deferred,
-			(unsigned long long)hs.oom_relief, (unsigned long long)hs.oom_retry_ok,
-			(unsigned long long)hs.free_ns);
+			(unsigned long long)__atomic_load_n(&hs.released, __ATOMIC_RELAXED),
+			(unsigned long long)__atomic_load_n(&hs.deferred, __ATOMIC_RELAXED),
+			(unsigned long long)__atomic_load_n(&hs.oom_relief, __ATOMIC_RELAXED),
+			(unsigned long long)__atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED),
+			(unsigned long long)__atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED));
 }

@@ -36,6 +36,7 @@
 
 #include "cache/cache.h"
 #include "cache/thread.h"
+#include "cuda/cuda_abi.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "rerun.h"
@@ -380,6 +381,9 @@ static struct gdr_cache *busy_c;
 static volatile int busy_stop;
 
 /* Registers and releases in a loop on busy_c, a buffer of its own; now and then a miss. */
+/* The fake's exported entry (the library patched it: its hook runs first). */
+gdr_CUresult cuMemFree_v2(gdr_CUdeviceptr p);
+
 static void *busy_worker(void *arg)
 {
 	uint64_t a = fake_cuda_alloc(1 << 20);
@@ -391,7 +395,7 @@ static void *busy_worker(void *arg)
 		if (!gdr_reg(busy_c, NULL, (void *)(uintptr_t)(a + (i % 16) * 65536), 4096, 0, &r))
 			gdr_dereg(r);
 		if (i % 64 == 63) { /* a new buffer at the same address: a stale entry, a miss */
-			fake_cuda_free(a);
+			cuMemFree_v2(a); /* the driver's entry, whose free the library hears of */
 			a = fake_cuda_alloc(1 << 20);
 		}
 	}
