@@ -422,8 +422,11 @@ static void context_return(struct borrow *b)
 		cu.ctx_set_current(NULL);
 	/* The exported entry point: if the application released its own reference meanwhile, this
 	 * one is the last, frees the context's memory, and the free hook sees it (hooks.c). */
-	if (b->retained)
+	if (b->retained) {
+		gdr_hooks_own_release(true);
 		cu.primary_release(b->dev);
+		gdr_hooks_own_release(false);
+	}
 	b->ctx = NULL;
 }
 

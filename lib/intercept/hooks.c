@@ -67,6 +67,8 @@
 
 /* Hooks this thread is inside (nested: the driver called its own exported entry point). */
 static GDR_TLS int hook_depth;
+/* This thread is giving back a primary context the library borrowed (gdr_hooks_own_release). */
+static GDR_TLS int own_release;
 
 static struct {
 	uint64_t frees[GDR_FREE_ROUTES];
@@ -157,8 +159,13 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
  * primary-context release that is not the last frees nothing. So nothing is dropped before the
  * call: registrations wait while it runs (a free of everything in flight), and after it every
  * cached entry's allocations are asked of the driver again (GDR_EV_CTX), which drops exactly the
- * entries whose memory went, before the hook returns. Only a primary-context release after which
- * the context is still active publishes nothing. */
+ * entries whose memory went, before the hook returns. A context still active after the release
+ * does not prove that it was not the last: another thread may have retained it between the
+ * driver's release (which freed its memory) and the hook's look, making a new one. So every
+ * application's release asks again; only the library's own release of a context it borrowed for a
+ * call (cuda.c, one per dma-buf export from a thread without the device's context: asking every
+ * entry again there would cost each such miss the whole cache) publishes nothing while the context
+ * stays active. */
 static void ctx_begin(struct free_scope *fs, int route)
 {
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fs->cancel); /* as free_begin */
@@ -173,7 +180,7 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 {
 	uint64_t t1 = now_ns();
 
-	if (!primary_release || gdr_cuda_primary_active(dev) != 1) {
+	if (!primary_release || !own_release || gdr_cuda_primary_active(dev) != 1) {
 		gdr_cuda_contexts_changed();
 		gdr_events_push_kind(GDR_EV_CTX, 0, ALL);
 		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
@@ -200,6 +207,11 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 		errno = err_;                                                                      \
 		return rc;                                                                         \
 	}
+
+void gdr_hooks_own_release(bool on)
+{
+	own_release = on;
+}
 
 /* ---- Allocation hooks --------------------------------------------------------------------------- */
 

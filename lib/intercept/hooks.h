@@ -26,6 +26,10 @@ extern GDR_HIDDEN int gdr_hooks_release_pending;
  * first call. What a cache asks before it validates by events (a test may give a cache another:
  * cache/seams.h). */
 GDR_HIDDEN int gdr_events_probe(const char **why);
+/* Around the library's own release of a primary context it borrowed (cuda.c): a release that
+ * leaves the context active is then taken as not the last (the borrow's reference was not the
+ * application's). Every other primary-context release is taken as possibly the last. */
+GDR_HIDDEN void gdr_hooks_own_release(bool on);
 /* One line of what the interception saw, for GDRCACHE_STATS. */
 GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);
 

@@ -291,6 +291,51 @@ static void test_borrowed_context_keeps_no_reference(void **state)
 	assert_int_equal(stats().entries, 0);
 }
 
+/* Another thread retains the primary context as soon as the last release has freed its memory
+ * (before the release returns to the hook: the free observer, once). */
+static void retain_on_free(uint64_t va, uint64_t size, uint64_t id, int kind, void *arg)
+{
+	gdr_CUcontext ctx = NULL;
+	int *armed = arg;
+
+	(void)va, (void)size, (void)id, (void)kind;
+	if (*armed) {
+		*armed = 0;
+		assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 1), GDR_CUDA_SUCCESS);
+	}
+}
+
+static void test_last_release_then_retain_by_another_thread(void **state)
+{
+	gdr_CUcontext ctx = NULL;
+	uint64_t a, b;
+	struct gdr_region *r;
+	int armed = 1;
+
+	(void)state;
+	assert_int_equal(fake_cuda_set_device_count(2), 0);
+	assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 1), GDR_CUDA_SUCCESS);
+	a = fake_cuda_alloc_on(1, 1 * MiB);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
+	assert_int_equal(stats().entries, 1);
+	fake_cuda_set_free_observer(retain_on_free, &armed);
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(1), GDR_CUDA_SUCCESS); /* the last */
+	fake_cuda_set_free_observer(NULL, NULL);
+	assert_int_equal(armed, 0);
+	/* a was freed with the context, which is active again (the other thread's): a's pin went
+	 * before the release returned (the old code took the active context for a release that was
+	 * not the last) */
+	assert_int_equal(fake_cuda_buffer_id(a), 0);
+	assert_int_equal(stats().entries, 0);
+	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
+	/* the new context's allocation at a's address is not served as a */
+	b = fake_cuda_alloc_on(1, 1 * MiB);
+	r = reg(b, 4096);
+	assert_int_equal(id_of(r), fake_cuda_buffer_id(b));
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(1), GDR_CUDA_SUCCESS);
+}
+
 static void test_gpu_without_dmabuf_next_to_one_with(void **state)
 {
 	uint64_t a0, a1;
@@ -343,6 +388,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_borrowed_context_keeps_no_reference, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_last_release_then_retain_by_another_thread,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gpu_without_dmabuf_next_to_one_with, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_legacy_ipc_refused, setup, teardown),
