@@ -18,8 +18,8 @@ int main(void)
 	int fd = -1, ok = 0, flags;
 	size_t size = 2 << 20;
 
-	if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDeviceGetAttribute(&ok,
-	    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) || !ok) {
+	if (cuInit(0) || cuDeviceGet(&dev, 0) ||
+	    cuDeviceGetAttribute(&ok, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) || !ok) {
 		printf("no dma-buf export\n");
 		return 77;
 	}
