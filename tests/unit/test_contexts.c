@@ -25,6 +25,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -494,6 +495,38 @@ static int threads_now(void)
 	return n;
 }
 
+/* Whether the statistics thread ended (the process's threads fell below before), waiting up to ms. */
+static bool thread_ended(int before, int ms)
+{
+	for (int waited = 0; threads_now() >= before && waited < ms; waited += 10)
+		sleep_ms(10);
+	return threads_now() < before;
+}
+
+/* Whether the signal wrote into the program's file fd (said on stderr). */
+static bool wrote_into(int fd)
+{
+	struct stat st = { 0 };
+
+	if (!fstat(fd, &st) && !st.st_size)
+		return false;
+	fprintf(stderr, "the signal wrote %lld bytes into the program's file\n",
+		(long long)st.st_size);
+	return true;
+}
+
+/* A pipe case's run: mode again with the statistics to /dev/null on SIGUSR2 and warnings on; its
+ * stderr in err. Skipped under TSan: the program's close of the library's fd, or its dup2 onto it,
+ * is the case, and TSan reports it, rightly. */
+static int pipe_case(const char *mode, char *err, size_t n)
+{
+#ifdef __SANITIZE_THREAD__
+	skip();
+#endif
+	return child(mode, err, n, "GDRCACHE_STATS", "file:/dev/null", "GDRCACHE_STATS_SIGNAL",
+		     "USR2", "GDRCACHE_LOG", "warn", NULL);
+}
+
 /* A program that closes every descriptor from 3 up (a daemon, a job launcher) and opens its own
  * files, which take the pipe's numbers: the signal must not write into the program's file, and the
  * library's thread must end, not spin reading the program's file. */
@@ -501,8 +534,7 @@ static int mode_pipe_reused(void)
 {
 	char name[] = "/tmp/gdr_ctx_pipe_XXXXXX";
 	struct gdr_cache *c = dmabuf_cache(); /* the handler and its thread */
-	int fds[2], f1, f2, before = threads_now(), waited = 0;
-	struct stat st;
+	int fds[2], f1, f2, before = threads_now();
 
 	if (find_stats_pipe(fds))
 		return 77;
@@ -517,14 +549,9 @@ static int mode_pipe_reused(void)
 		return 77; /* other numbers were free first: nothing to prove */
 	for (int i = 0; i < 3; i++)
 		raise(SIGUSR2); /* the handler runs on this thread, now */
-	if (fstat(f1, &st) || st.st_size) {
-		fprintf(stderr, "the signal wrote %lld bytes into the program's file\n",
-			(long long)st.st_size);
+	if (wrote_into(f1))
 		return 3;
-	}
-	while (threads_now() >= before && waited++ < 1000) /* 10 s: the thread ends */
-		sleep_ms(10);
-	if (threads_now() >= before) {
+	if (!thread_ended(before, 10000)) {
 		fprintf(stderr, "the statistics thread is still there (%d threads)\n", threads_now());
 		return 4;
 	}
@@ -536,12 +563,8 @@ static void test_stats_pipe_closed_by_program(void **state)
 	char err[8192];
 	int rc;
 	(void)state;
-#ifdef __SANITIZE_THREAD__
-	skip(); /* the program's close of the library's fd is the case: TSan reports it, rightly */
-#endif
 
-	rc = child("--pipe-reused", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
-		   "GDRCACHE_STATS_SIGNAL", "USR2", "GDRCACHE_LOG", "warn", NULL);
+	rc = pipe_case("--pipe-reused", err, sizeof(err));
 	if (rc)
 		fail_msg("exit %d: %s", rc, err);
 	assert_non_null(strstr(err, "the program closed or replaced the library's pipe"));
@@ -555,8 +578,7 @@ static int mode_pipe_read_replaced(void)
 {
 	char name[] = "/tmp/gdr_ctx_rpipe_XXXXXX";
 	struct gdr_cache *c = dmabuf_cache(); /* the handler and its thread */
-	int fds[2], f, before = threads_now(), waited = 0;
-	struct stat st;
+	int fds[2], f, before = threads_now();
 
 	if (find_stats_pipe(fds))
 		return 77;
@@ -566,16 +588,12 @@ static int mode_pipe_read_replaced(void)
 		return 2;
 	close(f);
 	raise(SIGUSR2); /* wakes the thread, which finds its read end gone and ends */
-	while (threads_now() >= before && waited++ < 200) /* 2 s */
-		sleep_ms(10);
+	(void)thread_ended(before, 2000);
 	for (int i = 0; i < 3; i++)
 		raise(SIGUSR2); /* no reader: SIGPIPE, unless nothing is written */
 	sleep_ms(50);
-	if (fstat(fds[0], &st) || st.st_size) {
-		fprintf(stderr, "the signal wrote %lld bytes into the program's file\n",
-			(long long)st.st_size);
+	if (wrote_into(fds[0]))
 		return 3;
-	}
 	return gdr_cache_destroy(c) ? 4 : 0;
 }
 
@@ -584,12 +602,8 @@ static void test_stats_pipe_read_end_replaced(void **state)
 	char err[8192];
 	int rc;
 	(void)state;
-#ifdef __SANITIZE_THREAD__
-	skip(); /* the program's dup2 onto the library's fd is the case: TSan reports it, rightly */
-#endif
 
-	rc = child("--pipe-read-replaced", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
-		   "GDRCACHE_STATS_SIGNAL", "USR2", "GDRCACHE_LOG", "warn", NULL);
+	rc = pipe_case("--pipe-read-replaced", err, sizeof(err));
 	if (rc)
 		fail_msg("exit %d: %s", rc, err);
 }
