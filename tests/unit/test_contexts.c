@@ -48,8 +48,8 @@
 gdr_CUresult cuMemFree_v2(gdr_CUdeviceptr p);
 
 /* Runs this program again in mode with the environment pairs (NULL-terminated; rerun.h); its stderr
- * in err. A child killed by its alarm (30 s) hung. Returns its exit status; 77 skips. */
-static int child(const char *mode, char *err, size_t n, ...)
+ * in err. The test fails unless it exits 0 (a child killed by its alarm, 30 s, hung); 77 skips. */
+static void child(const char *mode, char *err, size_t n, ...)
 {
 	va_list ap;
 	int status, rc;
@@ -64,7 +64,8 @@ static int child(const char *mode, char *err, size_t n, ...)
 		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)
 		skip();
-	return WEXITSTATUS(status);
+	if (WEXITSTATUS(status))
+		fail_msg("exit %d: %s", WEXITSTATUS(status), err);
 }
 
 static void sleep_ms(long ms)
@@ -140,12 +141,9 @@ static int mode_cancel_reg(void)
 static void test_cancel_inside_reg(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = child("--cancel-reg", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--cancel-reg", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
 }
 
 /* ---- pthread_cancel inside cuMemFree: its hook closes the freed buffer's dma-buf ---------------- */
@@ -187,12 +185,9 @@ static int mode_cancel_free(void)
 static void test_cancel_inside_free_hook(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = child("--cancel-free", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--cancel-free", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
 }
 
 /* ---- errno across an intercepted cuMemFree whose hook's release fails ----------------------------- */
@@ -226,12 +221,9 @@ static int mode_errno_free(void)
 static void test_errno_kept_by_free_hook(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = child("--errno-free", err, sizeof(err), "GDRCACHE_LOG", "none", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--errno-free", err, sizeof(err), "GDRCACHE_LOG", "none", NULL);
 }
 
 /* ---- pthread_cancel in the log file's open (a FIFO: open blocks until a reader comes) ----------- */
@@ -271,17 +263,14 @@ static void test_cancel_in_log_open(void **state)
 {
 	static char dir[] = "/tmp/gdr_ctx_XXXXXX";
 	char err[8192], fifo[256];
-	int rc;
 	(void)state;
 
 	assert_non_null(mkdtemp(dir));
 	snprintf(fifo, sizeof(fifo), "%s/log", dir);
-	rc = child("--cancel-log-open", err, sizeof(err), "GDRCACHE_LOG", "error",
-		   "GDRCACHE_LOG_FILE", fifo, NULL);
+	child("--cancel-log-open", err, sizeof(err), "GDRCACHE_LOG", "error",
+	      "GDRCACHE_LOG_FILE", fifo, NULL);
 	unlink(fifo);
 	rmdir(dir);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
 }
 
 /* ---- pthread_cancel in the process's first cache creation (the driver is loaded and patched) ---- */
@@ -313,12 +302,9 @@ static int mode_cancel_create(void)
 static void test_cancel_in_first_create(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = child("--cancel-create", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--cancel-create", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
 }
 
 /* ---- pthread_cancel in a cache's creation and destruction (their info line, their statistics) --- */
@@ -362,13 +348,10 @@ static int mode_cancel_create_destroy(void)
 static void test_cancel_in_create_and_destroy(void **state)
 {
 	char err[16384];
-	int rc;
 	(void)state;
 
-	rc = child("--cancel-create-destroy", err, sizeof(err), "GDRCACHE_LOG", "info",
-		   "GDRCACHE_STATS", "1", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--cancel-create-destroy", err, sizeof(err), "GDRCACHE_LOG", "info",
+	      "GDRCACHE_STATS", "1", NULL);
 }
 
 /* ---- the statistics signal over the program's handler: its flags kept -------------------------- */
@@ -422,13 +405,10 @@ static int mode_sig_restart(void)
 static void test_signal_keeps_program_flags(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = child("--sig-restart", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
-		   "GDRCACHE_STATS_SIGNAL", "USR2", NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child("--sig-restart", err, sizeof(err), "GDRCACHE_STATS", "file:/dev/null",
+	      "GDRCACHE_STATS_SIGNAL", "USR2", NULL);
 }
 
 /* ---- the statistics pipe closed by the program, its numbers reused ------------------------------ */
@@ -518,13 +498,13 @@ static bool wrote_into(int fd)
 /* A pipe case's run: mode again with the statistics to /dev/null on SIGUSR2 and warnings on; its
  * stderr in err. Skipped under TSan: the program's close of the library's fd, or its dup2 onto it,
  * is the case, and TSan reports it, rightly. */
-static int pipe_case(const char *mode, char *err, size_t n)
+static void pipe_case(const char *mode, char *err, size_t n)
 {
 #ifdef __SANITIZE_THREAD__
 	skip();
 #endif
-	return child(mode, err, n, "GDRCACHE_STATS", "file:/dev/null", "GDRCACHE_STATS_SIGNAL",
-		     "USR2", "GDRCACHE_LOG", "warn", NULL);
+	child(mode, err, n, "GDRCACHE_STATS", "file:/dev/null", "GDRCACHE_STATS_SIGNAL", "USR2",
+	      "GDRCACHE_LOG", "warn", NULL);
 }
 
 /* A program that closes every descriptor from 3 up (a daemon, a job launcher) and opens its own
@@ -561,12 +541,9 @@ static int mode_pipe_reused(void)
 static void test_stats_pipe_closed_by_program(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = pipe_case("--pipe-reused", err, sizeof(err));
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	pipe_case("--pipe-reused", err, sizeof(err));
 	assert_non_null(strstr(err, "the program closed or replaced the library's pipe"));
 }
 
@@ -600,12 +577,9 @@ static int mode_pipe_read_replaced(void)
 static void test_stats_pipe_read_end_replaced(void **state)
 {
 	char err[8192];
-	int rc;
 	(void)state;
 
-	rc = pipe_case("--pipe-read-replaced", err, sizeof(err));
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	pipe_case("--pipe-read-replaced", err, sizeof(err));
 }
 
 /* ---- exit() from a signal handler that interrupted a locked registration ------------------------ */
@@ -643,14 +617,11 @@ static int exit_inside_miss(void (*hook)(const char *entry, void *arg))
 static void run_exit_case(const char *mode, const char *signal, char *err, size_t n)
 {
 	char tsan[1024];
-	int rc;
 
 	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
 		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
-	rc = child(mode, err, n, "GDRCACHE_STATS", "1", "GDRCACHE_STATS_FORMAT", "kv",
-		   "TSAN_OPTIONS", tsan, signal ? "GDRCACHE_STATS_SIGNAL" : NULL, signal, NULL);
-	if (rc)
-		fail_msg("exit %d: %s", rc, err);
+	child(mode, err, n, "GDRCACHE_STATS", "1", "GDRCACHE_STATS_FORMAT", "kv",
+	      "TSAN_OPTIONS", tsan, signal ? "GDRCACHE_STATS_SIGNAL" : NULL, signal, NULL);
 }
 
 /* Inside the driver during a miss: under the cache's lock. */
