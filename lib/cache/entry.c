@@ -453,14 +453,6 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 			}
 		}
 		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
-		/* Every record slot taken (GDR_SLOT_MAX; a max_entries above it lets unheld entries
-		 * take them all): evict unheld entries, whose records are reusable after a grace
-		 * period, and try again. */
-		while (rc == -ENOSPC && gdr_evict(c, e->pin.len)) {
-			gdr_reclaim(c, true);
-			rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag,
-					    &r);
-		}
 		if (rc) {
 			if (own)
 				gdr_verbs_dereg(c->sys.verbs, own);

@@ -352,12 +352,6 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
 		return c->cuda_ok ? -EINVAL : -ENODEV;
 	}
 	rc = gdr_region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
-	/* Every record slot taken by unheld entries (a max_entries above GDR_SLOT_MAX): one makes
-	 * way, as for a cached registration (gdr_entry_take). */
-	while (rc == -ENOSPC && gdr_evict(c, 1)) {
-		gdr_reclaim(c, true);
-		rc = gdr_region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
-	}
 	if (rc)
 		return rc;
 	rc = gdr_verbs_reg(c->sys.verbs, pd, (void *)(uintptr_t)a, len, a, access, &r->mr);

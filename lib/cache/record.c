@@ -210,13 +210,20 @@ void gdr_record_range(const struct gdr_entry *e, const struct gdr_tag *t, uint64
 	*size = hi > lo ? hi - lo : 0;
 }
 
-/* A new record (not held, not linked), or -ENOSPC / -ENOMEM. */
+/* A new record (not held, not linked), or -ENOSPC / -ENOMEM. Where every record slot is taken
+ * (GDR_SLOT_MAX; a max_entries above it lets unheld entries take them all), unheld entries are
+ * evicted (e's pin's worth; one for a host record), whose records are reusable after a grace
+ * period, and it tries again. Under the cache's lock. */
 int gdr_region_new(struct gdr_cache *c, struct gdr_entry *e, struct ibv_pd *pd, int access,
 		   uint8_t kind, const struct gdr_tag *t, struct gdr_region **out)
 {
 	struct gdr_region *r;
 	int rc = record_alloc(c, &r);
 
+	while (rc == -ENOSPC && gdr_evict(c, e ? e->pin.len : 1)) {
+		gdr_reclaim(c, true);
+		rc = record_alloc(c, &r);
+	}
 	if (rc)
 		return rc;
 	memset(r, 0, sizeof(*r));
