@@ -947,7 +947,7 @@ int gdrp_dealloc_pd(struct ibv_pd *pd)
 	if (!real.dealloc_pd)
 		return ENOSYS;
 	if (!rc && known)
-		gdrp_pd_forget_noted(pd, notes);
+		gdrp_pd_forget(pd, &notes);
 	return rc;
 }
 
@@ -1002,7 +1002,7 @@ static void release_context(struct ibv_context *ctx)
 				gdrp_info("pd %p: the cache still holds MRs as the device closes",
 					  (void *)pds[i]);
 		}
-		gdrp_pd_forget(pds[i]);
+		gdrp_pd_forget(pds[i], NULL);
 	}
 	if (n > GDRP_BATCH)
 		release_context(ctx); /* the next batch */

@@ -284,7 +284,7 @@ int gdrp_pd_note(struct ibv_pd *pd)
 	pthread_mutex_lock(&lock);
 	HASH_FIND_PTR(pds, &pd, n);
 	if (n) {
-		/* Maybe a PD at the address of one being deallocated (gdrp_pd_forget_noted), of
+		/* Maybe a PD at the address of one being deallocated (gdrp_pd_forget), of
 		 * another device. */
 		n->ctx = pd->context;
 		n->notes++;
@@ -318,25 +318,13 @@ bool gdrp_pd_known(struct ibv_pd *pd, uint64_t *notes)
 	return n != NULL;
 }
 
-void gdrp_pd_forget(struct ibv_pd *pd)
+void gdrp_pd_forget(struct ibv_pd *pd, const uint64_t *notes)
 {
 	struct pd_node *n;
 
 	pthread_mutex_lock(&lock);
 	HASH_FIND_PTR(pds, &pd, n);
-	if (n)
-		HASH_DEL(pds, n);
-	pthread_mutex_unlock(&lock);
-	free(n);
-}
-
-void gdrp_pd_forget_noted(struct ibv_pd *pd, uint64_t notes)
-{
-	struct pd_node *n;
-
-	pthread_mutex_lock(&lock);
-	HASH_FIND_PTR(pds, &pd, n);
-	if (n && n->notes == notes)
+	if (n && (!notes || n->notes == *notes))
 		HASH_DEL(pds, n);
 	else
 		n = NULL;

@@ -47,12 +47,11 @@ struct gdrp_rec {
 /* mrtab.c: the records handed out (their hit path: mrtab.h) and the PDs the cache has MRs for. */
 uint64_t gdrp_rec_count(void);       /* records made so far (each is kept for reuse) */
 int gdrp_pd_note(struct ibv_pd *pd); /* 0 or -ENOMEM */
-/* Whether pd was noted; *notes: how many times so far (gdrp_pd_forget_noted). */
+/* Whether pd was noted; *notes: how many times so far (gdrp_pd_forget). */
 bool gdrp_pd_known(struct ibv_pd *pd, uint64_t *notes);
-void gdrp_pd_forget(struct ibv_pd *pd);
-/* Forgets pd unless it was noted again since gdrp_pd_known said *notes: a PD another thread
- * allocated at its address once it was deallocated, and registered with. */
-void gdrp_pd_forget_noted(struct ibv_pd *pd, uint64_t notes);
+/* Forgets pd; with notes, unless it was noted again since gdrp_pd_known said *notes: a PD another
+ * thread allocated at its address once it was deallocated, and registered with. */
+void gdrp_pd_forget(struct ibv_pd *pd, const uint64_t *notes);
 /* Fills up to max PDs of ctx; returns how many there are. */
 unsigned gdrp_pds_of(struct ibv_context *ctx, struct ibv_pd **pds, unsigned max);
 /* Turns pd's held cached records into orphans; fills up to max of their regions (which the caller
