@@ -7,10 +7,12 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "cache/cache.h"
+#include "common/testpoint.h"
 #include "intercept/events.h"
 #include "nic/verbs.h"
 
@@ -532,6 +534,10 @@ static __attribute__((noinline)) int host_put(struct gdr_cache *c, struct gdr_re
 	return 0;
 }
 
+#ifdef GDR_TEST_POINTS
+void (*gdr_test_point_fn)(enum gdr_test_point tp);
+#endif
+
 /* A release the lock-free path leaves: by a thread that holds none of r itself (another thread
  * registered it), or of a record some of whose holds other threads gave back (GDR_REC_RELEASED).
  * Under the lock, where r cannot be retired, and only while the holds summed over threads are
@@ -544,10 +550,14 @@ static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gd
 {
 	GDR_KEEP_ERRNO(); /* eviction unpins */
 	int64_t *rel, *own, v;
+	uint32_t state;
+	bool handed;
 
 	gdr_cache_lock(c);
 	rel = gdr_thr_released(c, gdr_rec_slot(r)); /* there for every slot ever held */
-	if (!gdr_region_handed(r) || !rel || gdr_region_holds(c, r) <= 0) {
+	handed = gdr_region_handed(r);
+	GDR_TEST_POINT(GDR_TP_DEREG_MAGIC);
+	if (!handed || !rel || gdr_region_holds(c, r) <= 0) {
 		c->st.fail_input++;
 		gdr_cache_unlock_plain(c);
 		gdr_err("region %p holds no reference: double gdr_dereg", (void *)r);
@@ -564,8 +574,9 @@ static __attribute__((noinline)) int dereg_locked(struct gdr_cache *c, struct gd
 		++*rel;
 	}
 	gdr_region_set_released(r, *rel != 0);
-	if (__atomic_load_n(&r->estate, __ATOMIC_RELAXED) != GDR_LIVE ||
-	    __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
+	state = __atomic_load_n(&r->estate, __ATOMIC_RELAXED);
+	GDR_TEST_POINT(GDR_TP_DEREG_ESTATE);
+	if (state != GDR_LIVE || __atomic_load_n(&c->over_limit, __ATOMIC_RELAXED))
 		gdr_evict(c, 0); /* what this release made evictable; detached entries are reaped */
 	gdr_cache_unlock(c);
 	return 0;
@@ -603,8 +614,12 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 	if (__builtin_expect(t != NULL, 1)) {
 		/* Inside a read-side section: r and its entry are not retired and reused under us,
 		 * and nothing of them is read after the hold is given back but in it. */
+		bool handed;
+
 		gdr_thr_enter(t);
-		if (__builtin_expect(gdr_region_handed(r), 1)) {
+		handed = gdr_region_handed(r);
+		GDR_TEST_POINT(GDR_TP_DEREG_MAGIC);
+		if (__builtin_expect(handed, 1)) {
 			int64_t *ctr = gdr_thr_counter(t, gdr_rec_slot(r));
 			int64_t v = ctr ? __atomic_load_n(ctr, __ATOMIC_RELAXED) : 0;
 
@@ -615,13 +630,17 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 				/* The entry's state as mirrored in r (gdr_entry_set_state
 				 * writes it before its grace period): no line of the entry. */
 				state = __atomic_load_n(&r->estate, __ATOMIC_SEQ_CST);
+				GDR_TEST_POINT(GDR_TP_DEREG_ESTATE);
 				fast = true;
 			}
 		}
 		gdr_thr_leave(t);
 	}
 	if (!fast) {
-		if (!gdr_region_handed(r))
+		bool handed = gdr_region_handed(r);
+
+		GDR_TEST_POINT(GDR_TP_DEREG_MAGIC);
+		if (!handed)
 			goto released;
 		return dereg_locked(c, t, r);
 	}

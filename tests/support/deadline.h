@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Bounded waits for tests: a wait for something the machine may never deliver (a trap, a signal, a
+ * thread reaching a point, a child) ends at a deadline, and the caller decides what that means
+ * (skip: the machine cannot make the case; fail: the code under test did not get there).
+ */
+#ifndef GDR_TEST_DEADLINE_H
+#define GDR_TEST_DEADLINE_H
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* GDR_TEST_WAIT_SCALE (an integer, default 1) multiplies every deadline: for a machine that is
+ * slower still than a loaded 2-core one under qemu-user or a sanitizer. */
+static inline int64_t gdr_deadline_scale(void)
+{
+	static int64_t scale; /* __atomic: any thread may be first */
+	int64_t k = __atomic_load_n(&scale, __ATOMIC_RELAXED);
+
+	if (!k) {
+		const char *s = getenv("GDR_TEST_WAIT_SCALE");
+		long v = s ? strtol(s, NULL, 10) : 1;
+
+		k = v > 0 && v < 1000 ? v : 1;
+		__atomic_store_n(&scale, k, __ATOMIC_RELAXED);
+	}
+	return k;
+}
+
+static inline int64_t gdr_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* The monotonic time ms milliseconds (scaled) from now. */
+static inline int64_t gdr_deadline_ms(int64_t ms)
+{
+	return gdr_now_ns() + ms * gdr_deadline_scale() * 1000000;
+}
+
+static inline bool gdr_deadline_passed(int64_t deadline)
+{
+	return gdr_now_ns() >= deadline;
+}
+
+/* Spins (yielding) until *flag is nonzero (acquire) or the deadline passes: whether it came. */
+static inline bool gdr_wait_flag(const int *flag, int64_t deadline)
+{
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+		if (gdr_deadline_passed(deadline))
+			return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
+		sched_yield();
+	}
+	return true;
+}
+
+#endif /* GDR_TEST_DEADLINE_H */
