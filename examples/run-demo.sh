@@ -14,7 +14,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tests/deps.sh
-if nvidia-smi -L >/dev/null 2>&1 && [ -n "$(ibv_devices 2>/dev/null | awk 'NR > 2')" ]; then
+# nvidia-smi can hang on a wedged driver: 60 s, then there is no usable GPU here.
+smi_rc=0
+timeout 60 nvidia-smi -L >/dev/null 2>&1 || smi_rc=$?
+((smi_rc != 124)) || echo "nvidia-smi -L did not answer within 60 s: taken as no usable GPU"
+if ((smi_rc == 0)) && [ -n "$(ibv_devices 2>/dev/null | awk 'NR > 2')" ]; then
 	cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build/demo --target gdr_rdma_demo naive_gpu_verbs gdrcache_preload \
 		-j"$(nproc)" >/dev/null

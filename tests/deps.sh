@@ -6,6 +6,8 @@
 # for which dpkg gets the foreign architecture arm64.
 # tests/vm/run installs what the VM needs itself (QEMU, Debian's kernel, busybox, rdma tools).
 set -euo pipefail
+# shellcheck source=tests/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh" # gdr_apt: waits for the apt/dpkg locks, one retry
 pkgs=(build-essential cmake pkg-config libibverbs-dev uthash-dev libcmocka-dev ibverbs-providers
       rdma-core ibverbs-utils perftest kmod cpio
       python3 man-db groff-base   # the manual pages: docs/man/mkman.py, tests/packaging/check_man.sh
@@ -28,6 +30,6 @@ if ((${#missing[@]})); then
 		! dpkg --print-foreign-architectures | grep -qx arm64; then
 		dpkg --add-architecture arm64
 	fi
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	gdr_apt update -qq
+	gdr_apt install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

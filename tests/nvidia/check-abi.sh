@@ -22,6 +22,8 @@
 # (another header in place of kmod/nv_p2p_abi.h: to see this check fail).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tests/apt.sh
+. "$ROOT/tests/apt.sh" # gdr_apt: waits for the apt/dpkg locks, one retry
 PATH=$PATH:/usr/sbin:/sbin # modprobe
 W=$ROOT/build/nvidia
 T0=$SECONDS
@@ -47,7 +49,7 @@ done
 if ((${#need[@]})); then
 	((EUID == 0)) || skip "missing ${need[*]} and not root"
 	say "installing ${need[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+	DEBIAN_FRONTEND=noninteractive gdr_apt install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
 		die "apt-get install ${need[*]}"
 fi
 KDIR=/usr/src/$HPKG
@@ -66,7 +68,7 @@ EOF
 APT=(-o Dir::Etc::SourceList="$A/sources.list" -o Dir::Etc::SourceParts=/dev/null
      -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A/cache" -o APT::Sandbox::User=root
      -o Debug::NoLocking=1 -o Acquire::Retries=2)
-if ! timeout 120 apt-get "${APT[@]}" -qq update >"$W/apt.log" 2>&1; then
+if ! gdr_apt --timeout 120 "${APT[@]}" -qq update >"$W/apt.log" 2>&1; then
 	tail -5 "$W/apt.log"; skip "apt-get update of $SUITE contrib/non-free failed"
 fi
 debs=()
@@ -75,7 +77,7 @@ for p in nvidia-open-kernel-source nvidia-kernel-source; do
 	[[ -n $v && $v != "(none)" ]] || skip "$p not in $SUITE contrib/non-free"
 	f=$(ls "$W/debs/${p}_${v/*:/}_"*.deb 2>/dev/null | head -1)
 	if [[ -z $f ]]; then
-		(cd "$W/debs" && timeout 300 apt-get "${APT[@]}" -qq download "$p=$v" >>"$W/apt.log" 2>&1) ||
+		(cd "$W/debs" && gdr_apt --timeout 300 "${APT[@]}" -qq download "$p=$v" >>"$W/apt.log" 2>&1) ||
 			skip "apt-get download $p=$v failed"
 		f=$(ls "$W/debs/${p}_${v/*:/}_"*.deb | head -1)
 	fi

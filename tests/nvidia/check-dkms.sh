@@ -21,6 +21,8 @@
 # source, dkms not installable). Env: GDR_NVIDIA_KO_BUILD=0 skips (77).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tests/apt.sh
+. "$ROOT/tests/apt.sh" # gdr_apt: waits for the apt/dpkg locks, one retry
 PATH=$PATH:/usr/sbin:/sbin
 W=$ROOT/build/nvidia
 T0=$SECONDS
@@ -67,7 +69,7 @@ say "nvidia.ko $PVER: $(modinfo -F version "$KO/nvidia.ko"), $(du -h "$KO/nvidia
 
 # ---- 2. dkms ----------------------------------------------------------------------------------
 if ! command -v dkms >/dev/null; then
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dkms >"$W/dkms-apt.log" 2>&1 ||
+	DEBIAN_FRONTEND=noninteractive gdr_apt install -y -qq --no-install-recommends dkms >"$W/dkms-apt.log" 2>&1 ||
 		{ tail -5 "$W/dkms-apt.log"; skip "apt-get install dkms failed"; }
 fi
 say "$(dkms --version 2>&1 | head -1)"
@@ -132,7 +134,7 @@ IPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/^ *Depends: \
 IVER=$(apt-cache show --no-all-versions "$IPKG" 2>/dev/null | sed -n 's/^Version: //p' | head -1)
 IDEB=$VC/${IPKG}_${IVER//:/%3a}_amd64.deb KTREE=$VC/$IPKG-$IVER
 mkdir -p "$VC"
-[[ -f $IDEB ]] || (cd "$VC" && apt-get download -q "$IPKG=$IVER" >/dev/null 2>&1) || true
+[[ -f $IDEB ]] || (cd "$VC" && gdr_apt download -q "$IPKG=$IVER" >/dev/null 2>&1) || true
 if [[ -f $IDEB && ! -f $KTREE/.unpacked ]]; then
 	rm -rf "$KTREE"; dpkg -x "$IDEB" "$KTREE" && depmod -b "$KTREE" "$KVER" && touch "$KTREE/.unpacked"
 fi

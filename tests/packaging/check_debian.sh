@@ -13,6 +13,8 @@
 # Exit 0 pass, 1 fail, 77 skip (Debian's archive unreachable). GDR_DEBIAN_MIRROR: another mirror.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=tests/apt.sh
+. "$ROOT/tests/apt.sh" # gdr_apt: waits for the apt/dpkg locks, one retry
 OUT=$ROOT/build/deb
 MIRROR=${GDR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE=$ROOT/build/deb-root-bookworm.tar.zst
@@ -37,7 +39,7 @@ for p in debhelper dh-dkms lintian debootstrap fakeroot zstd python3; do
 done
 if ((${#need[@]})); then
 	step "installing ${need[*]}"
-	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	if ! { gdr_apt update -qq && DEBIAN_FRONTEND=noninteractive gdr_apt install -y -qq \
 		--no-install-recommends "${need[@]}" >/dev/null; }; then
 		echo "skip: cannot install ${need[*]} from Debian's archive"
 		exit 77
@@ -76,13 +78,23 @@ sed 's/^/  lintian: /' "$OUT/lintian.log"
 rootfs=$OUT/root
 if [[ ! -s $CACHE || $(cat "$CACHE.pkgs" 2>/dev/null) != "$ROOT_PKGS" ]]; then
 	step "debootstrap bookworm (cached afterwards in ${CACHE#"$ROOT"/})"
-	rm -rf "$OUT/bootstrap"
-	if ! debootstrap --variant=minbase --include="$ROOT_PKGS" --cache-dir=/var/cache/apt/archives \
-		bookworm "$OUT/bootstrap" "$MIRROR" >"$OUT/debootstrap.log" 2>&1; then
+	# It downloads from the mirror: a failed run (a broken-off download) is tried once more, in a
+	# fresh directory (what a failed run left mounted there unmounted first).
+	for try in 1 2; do
+		for m in proc sys dev/pts dev; do
+			mountpoint -q "$OUT/bootstrap/$m" 2>/dev/null && umount -l "$OUT/bootstrap/$m"
+		done
+		rm -rf --one-file-system "$OUT/bootstrap"
+		debootstrap --variant=minbase --include="$ROOT_PKGS" --cache-dir=/var/cache/apt/archives \
+			bookworm "$OUT/bootstrap" "$MIRROR" >"$OUT/debootstrap.log" 2>&1 && break
 		tail -20 "$OUT/debootstrap.log"
-		echo "skip: debootstrap from $MIRROR failed"
-		exit 77
-	fi
+		if ((try == 2)); then
+			echo "skip: debootstrap from $MIRROR failed twice"
+			exit 77
+		fi
+		echo "[deb] debootstrap from $MIRROR failed: trying once more in 15 s"
+		sleep 15
+	done
 	tar -C "$OUT/bootstrap" -cf - . | zstd -q -T0 -3 -o "$CACHE.tmp" -f && mv "$CACHE.tmp" "$CACHE"
 	echo "$ROOT_PKGS" >"$CACHE.pkgs"
 	rm -rf "$OUT/bootstrap"
