@@ -17,10 +17,11 @@
  *    below executes that first instruction itself and waits before jumping to entry + 1, which is
  *    exactly the state of a thread preempted there);
  *  - once libgdrcache has patched the driver, the thread goes on.
- * Pass: the thread's call returns normally (whatever form was used). Fail: it crashes (the entry's
- * bytes after its first instruction were overwritten while it was between them).
+ * Pass: the thread's call returns normally (whatever form was used). Fail: it crashes, or does not
+ * return (the entry's bytes after its first instruction were overwritten while it was between
+ * them). Skip: the thread cannot be started, or does not get to the entry within its deadline.
  *
- * argv[1]: libgdrcache's path. Exit 0 pass, 1 fail.
+ * argv[1]: libgdrcache's path. Exit 0 pass, 1 fail, 77 skip.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,9 +33,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gdrcache.h>
+
+#include "deadline.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -67,11 +71,23 @@ static pthread_t other;
 static int triggered;
 static uint64_t other_rc = 12345;
 
+/* The other thread's getting to the entry, and its return once let go: microseconds, waited for
+ * tens of seconds (times GDR_TEST_WAIT_SCALE). */
+#define WAIT_MS 30000
+
 static void *other_thread(void *arg)
 {
 	(void)arg;
 	other_rc = enter_parked((uint8_t *)entry + 1, 0, &flag);
 	return NULL;
+}
+
+/* pthread_join until deadline (gdr_deadline_ms): 0, or ETIMEDOUT once it passed. */
+static int join_until(pthread_t t, int64_t deadline)
+{
+	struct timespec ts = gdr_deadline_realtime(deadline);
+
+	return pthread_timedjoin_np(t, NULL, &ts);
 }
 
 static void crashed(int sig)
@@ -106,9 +122,21 @@ static void other_loads_cuda(void)
 		fprintf(stderr, "SKIP: cannot take the stub page\n");
 		_exit(77);
 	}
-	pthread_create(&other, NULL, other_thread, NULL);
-	while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 1)
+	if (pthread_create(&other, NULL, other_thread, NULL)) {
+		fprintf(stderr, "SKIP: cannot start the other thread\n");
+		_exit(77);
+	}
+	for (int64_t deadline = gdr_deadline_ms(WAIT_MS);
+	     __atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 1;) {
+		if (gdr_deadline_passed(deadline)) {
+			fprintf(stderr,
+				"SKIP: the other thread did not get to cuMemFree_v2's entry "
+				"within %lld s\n",
+				(long long)(WAIT_MS / 1000 * gdr_deadline_scale()));
+			_exit(77);
+		}
 		sched_yield();
+	}
 }
 
 /* libgdrcache's dlopen of the driver lands here (this executable comes first in the global scope). */
@@ -153,7 +181,14 @@ int main(int argc, char **argv)
 	if (!triggered)
 		return fprintf(stderr, "SKIP: libgdrcache's driver check was not seen\n"), 77;
 	__atomic_store_n(&flag, 2, __ATOMIC_RELEASE);
-	pthread_join(other, NULL);
+	if (join_until(other, gdr_deadline_ms(WAIT_MS))) {
+		fprintf(stderr,
+			"FAIL: the thread stopped inside cuMemFree_v2's first instructions "
+			"did not return within %lld s of resuming: the entry was rewritten "
+			"under it\n",
+			(long long)(WAIT_MS / 1000 * gdr_deadline_scale()));
+		_exit(1); /* not exit(): that thread may hold what exit's handlers need */
+	}
 	printf("the thread stopped inside cuMemFree_v2 resumed and returned %llu\n",
 	       (unsigned long long)other_rc);
 	destroy(c);

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "check.h"
 #include "open_ctx.h"
@@ -177,6 +178,26 @@ static void test_stale_held(void)
 	CHECK(ibv_dereg_mr(a) == 0 && ibv_dereg_mr(a) == EINVAL,
 	      "the held shadow of the freed buffer: released once, then refused");
 	gpu_free(again);
+}
+
+/* A wait for another thread, or for the fake's hook to run: microseconds, waited for tens of
+ * seconds (times GDR_TEST_WAIT_SCALE). */
+#define WAIT_MS 60000
+
+/* sem_wait until the deadline (gdr_deadline_ms). Past it: "not ok - what", and the program ends
+ * (a thread stuck in the library cannot be waited for, nor exit() run beside it). */
+static void sem_wait_until(sem_t *sem, int64_t deadline, const char *what)
+{
+	struct timespec ts = gdr_deadline_realtime(deadline);
+
+	while (sem_timedwait(sem, &ts)) {
+		if (errno == EINTR)
+			continue;
+		printf("not ok - %s (not within %lld s)\n", what,
+		       (long long)(WAIT_MS / 1000 * gdr_deadline_scale()));
+		fflush(stdout);
+		_exit(1);
+	}
 }
 
 /* A thread whose last hit was the freed buffer. */
@@ -616,7 +637,10 @@ static void *reuse_thread(void *arg)
 	struct ibv_mr *m;
 
 	(void)arg;
-	sem_wait(&reuse_go);
+	sem_wait_until(
+		&reuse_go, gdr_deadline_ms(WAIT_MS),
+		"another thread: ibv_dealloc_pd reached libibverbs' (the fake's after_dealloc "
+		"hook ran)");
 	reuse_pd = ibv_alloc_pd(reuse_ctx);
 	m = reuse_pd ? ibv_reg_mr(reuse_pd, reuse_buf, 4096, LW) : NULL;
 	CHECK(cached(m) && flive(reuse_pd) == 1, "another thread: a shadow on the new PD");
@@ -631,7 +655,10 @@ static void reuse_hook(struct ibv_pd *freed)
 	(void)freed;
 	fhooks(NULL, NULL); /* once */
 	sem_post(&reuse_go);
-	sem_wait(&reuse_done);
+	sem_wait_until(
+		&reuse_done, gdr_deadline_ms(WAIT_MS),
+		"inside ibv_dealloc_pd: another thread's ibv_alloc_pd and ibv_reg_mr returned "
+		"(a lock held across libibverbs' dealloc?)");
 }
 
 static void test_pd_reused_while_dealloc(void)
@@ -731,7 +758,10 @@ static void test_close_under_rereg(void)
 	sem_init(&rr_go, 0, 0);
 	fhooks(NULL, rr_hook);
 	pthread_create(&th, NULL, rr_thread, NULL);
-	sem_wait(&rr_in); /* the shadow is being re-registered */
+	/* the shadow is being re-registered */
+	sem_wait_until(
+		&rr_in, gdr_deadline_ms(WAIT_MS),
+		"the shadow's ibv_rereg_mr reached libibverbs' (the fake's before_rereg hook ran)");
 	rr_close0 = fcount("close");
 	pthread_create(&rel, NULL, rr_release, NULL);
 	rc = ibv_close_device(c);

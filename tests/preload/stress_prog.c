@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "open_ctx.h"
 
@@ -245,6 +247,7 @@ static void close_device(void)
 /* fork() while the threads churn; the child reports by its exit status. */
 static void forks(void)
 {
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 	unsigned seed = 5;
 	int bad = 0;
 
@@ -264,6 +267,7 @@ static void forks(void)
 			struct ibv_mr *g;
 			int code = 0;
 
+			alarm(alarm_s); /* a hang (a lock a churning thread held) fails */
 			if (ibv_dereg_mr(m) != 0)
 				code |= 1; /* an inherited shadow: forgotten, 0 */
 			if (ibv_dereg_mr(m) != EINVAL)
@@ -279,7 +283,10 @@ static void forks(void)
 		}
 		if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
 		    WEXITSTATUS(status)) {
-			FAIL("fork %d: child status %#x", f, status);
+			FAIL("fork %d: child status %#x%s", f, status,
+			     WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM
+				     ? " (hung: killed by its alarm)"
+				     : "");
 			bad++;
 		}
 		release(m);

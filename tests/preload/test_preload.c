@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "check.h"
 #include "open_ctx.h"
@@ -363,15 +365,18 @@ static void test_fork(void)
 {
 	char *buf = gpu_alloc(65536);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 	int status = -1;
 	pid_t pid;
 
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
-		struct ibv_mr *m2 = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_mr *m2;
 		uint64_t d0;
 
+		alarm(alarm_s); /* a hang is a failure */
+		m2 = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 		CHECK(m2 && fis_mr(m2), "child of fork(): registrations pass through");
 		d0 = fcount("dereg");
 		CHECK(ibv_dereg_mr(m2) == 0 && fcount("dereg") == d0 + 1, "child: their release too");
@@ -383,8 +388,11 @@ static void test_fork(void)
 		fflush(stdout);
 		_exit(failures ? 1 : 0);
 	}
-	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-	      WEXITSTATUS(status) == 0, "the child passed (status %#x)", status);
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) &&
+	    WTERMSIG(status) == SIGALRM)
+		printf("# the child hung: killed by its alarm\n");
+	CHECK(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "the child passed (status %#x)", status);
 	CHECK(cached(mr) && ibv_dereg_mr(mr) == 0, "parent: its MR is still its own to release");
 	gpu_free(buf);
 }

@@ -31,16 +31,20 @@
  * Usage: diff_test [operations] [seed] [tag|events|intercept] [chunks]
  *        (default 10,000,000, tag)
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "cache/cache.h"
 #include "intercept/events.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -101,6 +105,10 @@ int cuDevicePrimaryCtxReset_v2(int dev);
 int cuCtxSetCurrent(void *ctx);
 
 enum { F_NONE, F_FREE, F_FREE_ASYNC, F_UNMAP, F_RESET, F_QUIT };
+static const char *const free_fn[] = { [F_FREE] = "cuMemFree_v2",
+				       [F_FREE_ASYNC] = "cuMemFreeAsync",
+				       [F_UNMAP] = "cuMemUnmap",
+				       [F_RESET] = "cuDevicePrimaryCtxReset_v2" };
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -128,9 +136,13 @@ static void *free_thread(void *arg)
 	return NULL;
 }
 
+/* A free handed to the free thread returns in microseconds: its deadline (GDR_TEST_WAIT_SCALE). */
+#define FREE_WAIT_MS 60000
+
 /* A free as the program makes it: the fake's control call, or the driver entry on the free thread. */
 static int free_call(int what, uint64_t va, uint64_t size)
 {
+	int64_t deadline = gdr_deadline_ms(FREE_WAIT_MS);
 	int rc;
 
 	if (!intercept_mode && what == F_RESET) /* the entry point: the library sees it in any mode */
@@ -141,8 +153,20 @@ static int free_call(int what, uint64_t va, uint64_t size)
 	pthread_mutex_lock(&ft.lock);
 	ft.what = what, ft.va = va, ft.size = size;
 	pthread_cond_broadcast(&ft.cond);
-	while (ft.what != F_NONE)
-		pthread_cond_wait(&ft.cond, &ft.lock);
+	while (ft.what != F_NONE) {
+		struct timespec ts = { deadline / 1000000000, deadline % 1000000000 };
+
+		if (pthread_cond_clockwait(&ft.cond, &ft.lock, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
+		    ft.what != F_NONE) {
+			fprintf(stderr,
+				"diff_test: FAILED at op %" PRIu64
+				" (seed %u): the free thread's %s(%#" PRIx64
+				") did not return within %lld s\n",
+				op, seed, free_fn[what], va,
+				(long long)(FREE_WAIT_MS / 1000 * gdr_deadline_scale()));
+			_exit(1); /* not exit(): that thread may hold the library's locks */
+		}
+	}
 	rc = ft.rc;
 	pthread_mutex_unlock(&ft.lock);
 	return rc;

@@ -35,6 +35,7 @@
  * Usage: race_torture [seconds] [seed] [tag|events|intercept] [workers]
  *        (default 2 s, seed 1, intercept, 4 workers)
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -44,9 +45,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cache/cache.h"
 #include "intercept/events.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -252,11 +255,31 @@ static void release(const struct hold *h, const char *who)
 		atomic_fetch_add(&n_deregs, 1);
 }
 
+/* A full queue has room again within this (times GDR_TEST_WAIT_SCALE): the progress thread's
+ * releases take microseconds. */
+#define QUEUE_WAIT_MS 60000
+
 static void hand_over(const struct hold *h)
 {
+	int64_t deadline = gdr_deadline_ms(QUEUE_WAIT_MS);
+
 	pthread_mutex_lock(&qlock);
-	while (qlen == QLEN)
-		pthread_cond_wait(&qcond, &qlock);
+	while (qlen == QLEN) {
+		struct timespec ts = { deadline / 1000000000, deadline % 1000000000 };
+
+		if (pthread_cond_clockwait(&qcond, &qlock, CLOCK_MONOTONIC, &ts) == ETIMEDOUT &&
+		    qlen == QLEN) {
+			fprintf(stderr,
+				"race_torture: FAILED (seed %u, mode %d, %d workers): the "
+				"progress thread released none of %d handed-over holds in %lld s "
+				"(stuck in gdr_dereg?)\n",
+				seed, mode, nworkers, QLEN,
+				(long long)(QUEUE_WAIT_MS / 1000 * gdr_deadline_scale()));
+			if (getenv("RACE_TORTURE_ABORT"))
+				abort();
+			_exit(1); /* not exit(): that thread may hold the library's locks */
+		}
+	}
 	q[(qhead + qlen++) % QLEN] = *h;
 	pthread_cond_broadcast(&qcond);
 	pthread_mutex_unlock(&qlock);

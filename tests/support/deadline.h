@@ -49,6 +49,18 @@ static inline bool gdr_deadline_passed(int64_t deadline)
 	return gdr_now_ns() >= deadline;
 }
 
+/* The deadline as a CLOCK_REALTIME time: what pthread_timedjoin_np, sem_timedwait and
+ * pthread_cond_timedwait take (TSan intercepts these, not their clockid variants). */
+static inline struct timespec gdr_deadline_realtime(int64_t deadline)
+{
+	struct timespec now;
+	int64_t left = deadline - gdr_now_ns(), at;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	at = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + (left > 0 ? left : 0);
+	return (struct timespec){ at / 1000000000, at % 1000000000 };
+}
+
 /* Spins (yielding) until *flag is nonzero (acquire) or the deadline passes: whether it came. */
 static inline bool gdr_wait_flag(const int *flag, int64_t deadline)
 {

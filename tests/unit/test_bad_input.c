@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "common/config.h"
@@ -285,6 +287,7 @@ static void test_dereg_misaligned_refused(void **state)
 	struct gdr_cache *c;
 	struct gdr_region *r;
 	uint64_t a = fake_cuda_alloc(2 * MiB);
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 	int st;
 	pid_t pid;
 
@@ -297,9 +300,12 @@ static void test_dereg_misaligned_refused(void **state)
 	if (!pid) {
 		uint64_t b, l;
 		enum gdr_mem_kind k;
-		bool ok = gdr_dereg((struct gdr_region *)((char *)r + 4)) == -EINVAL &&
-			  gdr_region_range((struct gdr_region *)((char *)r + 4), &b, &l) == -EINVAL &&
-			  gdr_region_mem_kind((struct gdr_region *)((char *)r + 12), &k) == -EINVAL;
+		bool ok;
+
+		alarm(alarm_s); /* a hang is a failure */
+		ok = gdr_dereg((struct gdr_region *)((char *)r + 4)) == -EINVAL &&
+		     gdr_region_range((struct gdr_region *)((char *)r + 4), &b, &l) == -EINVAL &&
+		     gdr_region_mem_kind((struct gdr_region *)((char *)r + 12), &k) == -EINVAL;
 
 		_exit(ok ? 0 : 1);
 	}
@@ -307,6 +313,9 @@ static void test_dereg_misaligned_refused(void **state)
 	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(gdr_cache_destroy(c), 0);
 	fake_cuda_free(a);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+		fail_msg("the child hung on a misaligned pointer (killed by its alarm after %u s)",
+			 alarm_s);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 }

@@ -4,6 +4,7 @@
  * attributes override it; GDRCACHE_STATS=1 prints statistics. */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "cache/cache.h"
@@ -77,11 +79,15 @@ static void test_environment(void **state)
 	assert_int_equal(gdr_cache_destroy(c), 0);
 }
 
+/* A child that hangs is killed by its alarm, in seconds (times GDR_TEST_WAIT_SCALE): a failure. */
+#define CHILD_ALARM_S 30
+
 static void test_stats_printed_at_exit(void **state)
 {
 	int p[2];
 	char out[4096] = "";
 	ssize_t n, total = 0;
+	unsigned alarm_s = CHILD_ALARM_S * (unsigned)gdr_deadline_scale();
 	pid_t pid;
 	int status;
 
@@ -91,6 +97,7 @@ static void test_stats_printed_at_exit(void **state)
 	if (!pid) {
 		struct gdr_cache *c;
 
+		alarm(alarm_s); /* kept across exec: a hang fails */
 		dup2(p[1], 2);
 		setenv("GDRCACHE_STATS", "1", 1);
 		/* A fresh process image reads the environment anew. */
@@ -103,6 +110,9 @@ static void test_stats_printed_at_exit(void **state)
 		total += n;
 	close(p[0]);
 	waitpid(pid, &status, 0);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("--child: hung (killed by its alarm after %u s); stderr: %s", alarm_s,
+			 out);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
 		skip();
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -114,6 +124,7 @@ static void test_stats_printed_at_exit(void **state)
  * (77 where it cannot exec itself), and what it wrote to stderr in err (if not NULL). */
 static int child(const char *mode, const char *name, const char *value, char *err, size_t n)
 {
+	unsigned alarm_s = CHILD_ALARM_S * (unsigned)gdr_deadline_scale();
 	int p[2], status;
 	ssize_t r, total = 0;
 	pid_t pid;
@@ -121,6 +132,7 @@ static int child(const char *mode, const char *name, const char *value, char *er
 	assert_int_equal(pipe(p), 0);
 	pid = fork();
 	if (!pid) {
+		alarm(alarm_s); /* kept across exec: a hang fails */
 		dup2(p[1], 2);
 		setenv("GDRCACHE_LOG", "warn", 1); /* ctest sets error: warnings are what is checked */
 		setenv(name, value, 1);
@@ -135,6 +147,9 @@ static int child(const char *mode, const char *name, const char *value, char *er
 		err[total] = '\0';
 	close(p[0]);
 	waitpid(pid, &status, 0);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("%s %s=%s: hung (killed by its alarm after %u s); stderr: %s", mode, name,
+			 value, alarm_s, err ? err : "");
 	assert_true(WIFEXITED(status));
 	return WEXITSTATUS(status);
 }

@@ -3,6 +3,7 @@
  * older driver without cuCtxSetFlags, and a driver whose cuInit fails. */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -95,39 +97,39 @@ static void test_vmm_without_cuCtxSetFlags(void **state)
 	fake_cuda_vmm_free(va, 4 * MiB);
 }
 
-static void test_init_failure(void **state)
+/* Runs this program again in mode under an alarm (30 s times GDR_TEST_WAIT_SCALE: a hang fails);
+ * skips where it cannot exec itself (qemu-user without binfmt_misc); its exit status. */
+static int run_mode(const char *mode)
 {
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale();
 	pid_t pid = fork();
 	int status;
 
-	(void)state;
 	if (!pid) {
-		execl("/proc/self/exe", "test_cuda", "--init-error", (char *)NULL);
-		_exit(77); /* cannot exec itself (qemu-user without binfmt_misc): skipped */
+		alarm(alarm_s); /* kept across exec */
+		execl("/proc/self/exe", "test_cuda", mode, (char *)NULL);
+		_exit(77);
 	}
-	waitpid(pid, &status, 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("%s: hung (killed by its alarm after %u s)", mode, alarm_s);
 	assert_true(WIFEXITED(status));
 	if (WEXITSTATUS(status) == 77)
 		skip();
-	assert_int_equal(WEXITSTATUS(status), 0);
+	return WEXITSTATUS(status);
+}
+
+static void test_init_failure(void **state)
+{
+	(void)state;
+	assert_int_equal(run_mode("--init-error"), 0);
 }
 
 /* A driver older than 11.3 (the README's minimum): GPU paths off, said once, host memory works. */
 static void test_old_driver_refused(void **state)
 {
-	pid_t pid = fork();
-	int status;
-
 	(void)state;
-	if (!pid) {
-		execl("/proc/self/exe", "test_cuda", "--old-driver", (char *)NULL);
-		_exit(77);
-	}
-	waitpid(pid, &status, 0);
-	assert_true(WIFEXITED(status));
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(run_mode("--old-driver"), 0);
 }
 
 int main(int argc, char **argv)

@@ -6,6 +6,7 @@
  * tested on its own in test_events). */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,8 @@
 #include "cache/cache.h"
 #include "cache/caches.h"
 #include "intercept/events.h"
+#include "deadline.h"
+#include "shard.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
@@ -606,27 +609,40 @@ static void test_fork_child_uses_cache(void **state)
 	 * thread, must still be able to retire entries (a grace period must not wait for a thread
 	 * the child does not have) and take the cache's lock. */
 	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB);
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
+	/* 20 forks, or at least 4 where they are slow: under qemu-user each child takes about 7 s
+	 * of copy-on-write faults, 20 of them most of a ctest timeout. The count is printed. */
+	int64_t enough = gdr_deadline_ms(20000);
 	pthread_t t;
-	int status = -1;
+	int status = -1, i;
 	pid_t pid;
 
 	(void)state;
 	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
 	assert_int_equal(pthread_create(&t, NULL, spinner, (void *)(uintptr_t)a), 0);
-	for (int i = 0; i < 20; i++) {
+	for (i = 0; i < 20 && (i < 4 || !gdr_deadline_passed(enough)); i++) {
 		pid = fork();
 		assert_true(pid >= 0);
 		if (pid == 0) {
 			struct gdr_region *r = NULL;
-			int ok = gdr_reg(cache, NULL, (void *)(uintptr_t)b, 4096, 0, &r) == 0 &&
-				 gdr_dereg(r) == 0 && gdr_cache_flush(cache) >= 1;
+			int ok;
 
+			alarm(alarm_s); /* a hang (a wait for a thread it does not have) fails */
+			ok = gdr_reg(cache, NULL, (void *)(uintptr_t)b, 4096, 0, &r) == 0 &&
+			     gdr_dereg(r) == 0 && gdr_cache_flush(cache) >= 1;
 			_exit(ok ? 0 : 1);
 		}
 		assert_int_equal(waitpid(pid, &status, 0), pid);
+		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+			__atomic_store_n(&spin_stop, 1, __ATOMIC_RELAXED);
+			pthread_join(t, NULL);
+			fail_msg("fork %d: the child hung (killed by its alarm after %u s)", i,
+				 alarm_s);
+		}
 		assert_true(WIFEXITED(status));
 		assert_int_equal(WEXITSTATUS(status), 0);
 	}
+	print_message("%d forks, each child served by the cache\n", i);
 	__atomic_store_n(&spin_stop, 1, __ATOMIC_RELAXED);
 	pthread_join(t, NULL);
 	free_evented(a);
@@ -1109,5 +1125,5 @@ int main(void)
 						teardown),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return gdr_run_tests_sharded("tests", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -39,6 +39,7 @@
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "deadline.h"
+#include "shard.h"
 #include "fakes.h"
 
 #define MiB (1024ULL * 1024)
@@ -687,9 +688,5 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_grace_periods_are_batched, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_records_is_enospc, setup, teardown),
 	};
-	const char *only = getenv("GDR_TEST_ONLY"); /* a cmocka name pattern: the cases to run */
-
-	if (only && *only)
-		cmocka_set_test_filter(only);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return gdr_run_tests_sharded("tests", tests, sizeof(tests) / sizeof(tests[0]));
 }

@@ -17,12 +17,15 @@
  *    that is not the last, drop nothing (issue 11); the last release drops what it freed.
  * Simulated: the fake's out-of-memory failure is injected (fake_cuda_fail_next), not real.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -31,10 +34,36 @@
 
 #include "cuda/cuda_abi.h"
 #include "intercept/events.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 
 #define MiB (1024ULL * 1024)
+
+/* A wait for another thread of this test, for what takes microseconds: its deadline (times
+ * GDR_TEST_WAIT_SCALE, as wait_s() says it). */
+#define WAIT_MS 60000
+
+static long long wait_s(void)
+{
+	return WAIT_MS / 1000 * (long long)gdr_deadline_scale();
+}
+
+/* pthread_cond_wait until deadline (gdr_deadline_ms): whether the deadline passed. */
+static bool cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
+{
+	struct timespec ts = { deadline / 1000000000, deadline % 1000000000 };
+
+	return pthread_cond_clockwait(c, m, CLOCK_MONOTONIC, &ts) == ETIMEDOUT;
+}
+
+/* pthread_join until deadline (gdr_deadline_ms): 0, or ETIMEDOUT once it passed. */
+static int join_until(pthread_t t, int64_t deadline)
+{
+	struct timespec ts = gdr_deadline_realtime(deadline);
+
+	return pthread_timedjoin_np(t, NULL, &ts);
+}
 
 /* The fake's exported entries (their first bytes are libcuda's; the library patched them). */
 gdr_CUresult cuMemAlloc_v2(gdr_CUdeviceptr *p, size_t n);
@@ -126,14 +155,21 @@ static struct {
 
 static void enter_hook(const char *entry, void *arg)
 {
+	int64_t deadline = gdr_deadline_ms(WAIT_MS);
+
 	(void)arg;
 	if (strcmp(entry, "cuMemFree_v2"))
 		return;
 	pthread_mutex_lock(&pause_.lock);
 	pause_.inside = 1;
 	pthread_cond_broadcast(&pause_.cond);
-	while (!pause_.go)
-		pthread_cond_wait(&pause_.cond, &pause_.lock);
+	while (!pause_.go && !cond_wait_until(&pause_.cond, &pause_.lock, deadline))
+		;
+	if (!pause_.go) /* the test that stopped it failed before it let it go */
+		fprintf(stderr,
+			"the free stopped inside cuMemFree_v2 was not let go within %lld s: "
+			"it goes on\n",
+			wait_s());
 	pthread_mutex_unlock(&pause_.lock);
 }
 
@@ -144,26 +180,43 @@ static void *freer(void *arg)
 	return NULL;
 }
 
-/* Start a thread freeing pause_.va (allocated here) and wait until it is stopped in the driver. */
-static void free_paused(pthread_t *tf, size_t size)
-{
-	pause_.va = alloc(size);
-	pause_.inside = pause_.go = pause_.reg_done = 0;
-	fake_cuda_set_enter_hook(enter_hook, NULL);
-	pthread_create(tf, NULL, freer, NULL);
-	pthread_mutex_lock(&pause_.lock);
-	while (!pause_.inside)
-		pthread_cond_wait(&pause_.cond, &pause_.lock);
-	pthread_mutex_unlock(&pause_.lock);
-}
-
-/* Let the free go on and wait for it. */
-static void free_resume(pthread_t tf)
+/* Let the stopped free go on (or one that gets there later pass). */
+static void free_let_go(void)
 {
 	pthread_mutex_lock(&pause_.lock);
 	pause_.go = 1;
 	pthread_cond_broadcast(&pause_.cond);
 	pthread_mutex_unlock(&pause_.lock);
+}
+
+/* Start a thread freeing pause_.va (allocated here) and wait until it is stopped in the driver. */
+static void free_paused(pthread_t *tf, size_t size)
+{
+	int64_t deadline;
+	int inside;
+
+	pause_.va = alloc(size);
+	pause_.inside = pause_.go = pause_.reg_done = 0;
+	fake_cuda_set_enter_hook(enter_hook, NULL);
+	assert_int_equal(pthread_create(tf, NULL, freer, NULL), 0);
+	deadline = gdr_deadline_ms(WAIT_MS);
+	pthread_mutex_lock(&pause_.lock);
+	while (!pause_.inside && !cond_wait_until(&pause_.cond, &pause_.lock, deadline))
+		;
+	inside = pause_.inside;
+	pthread_mutex_unlock(&pause_.lock);
+	if (!inside) {
+		free_let_go();
+		fail_msg("the freeing thread did not reach the driver's cuMemFree_v2 within %lld s "
+			 "(stuck in the library's free hook?)",
+			 wait_s());
+	}
+}
+
+/* Let the free go on and wait for it. */
+static void free_resume(pthread_t tf)
+{
+	free_let_go();
 	pthread_join(tf, NULL);
 	fake_cuda_set_enter_hook(NULL, NULL);
 }
@@ -187,6 +240,7 @@ static void test_registration_during_free_is_not_cached(void **state)
 	pthread_t tf, tr;
 	struct gdr_region *r;
 	uint64_t waits0 = istats().reg_waits, old_id, va2;
+	int64_t deadline;
 
 	(void)state;
 	/* 1. a thread frees the buffer; the driver stops inside the free, the buffer still alive */
@@ -195,12 +249,26 @@ static void test_registration_during_free_is_not_cached(void **state)
 	assert_int_equal(gdr_events_inflight_count(), 1);
 	/* 2. another registers it now: it classifies a live buffer, so it must wait, not cache (a
 	 * registration that returns while the free is stopped has cached the dying buffer) */
-	pthread_create(&tr, NULL, registrar, NULL);
-	while (istats().reg_waits == waits0 && !__atomic_load_n(&pause_.reg_done, __ATOMIC_ACQUIRE))
+	assert_int_equal(pthread_create(&tr, NULL, registrar, NULL), 0);
+	deadline = gdr_deadline_ms(WAIT_MS);
+	while (istats().reg_waits == waits0 &&
+	       !__atomic_load_n(&pause_.reg_done, __ATOMIC_ACQUIRE)) {
+		if (gdr_deadline_passed(deadline)) {
+			free_let_go();
+			fail_msg(
+				"a registration during the free neither waited for it nor returned "
+				"within %lld s",
+				wait_s());
+		}
 		sched_yield();
+	}
 	/* 3. the free goes on and returns */
 	free_resume(tf);
-	pthread_join(tr, NULL);
+	if (join_until(tr, gdr_deadline_ms(WAIT_MS)))
+		fail_msg(
+			"the registration that waited for the free did not return within %lld s of "
+			"the free's end",
+			wait_s());
 	/* the waiting registration saw the freed memory: refused (not GPU memory, no PD), or the
 	 * buffer of a later allocation; never the freed one */
 	assert_true(pause_.reg_rc != 0 || pause_.reg_id != old_id);
@@ -225,6 +293,7 @@ static void test_registration_during_free_is_not_cached(void **state)
 static void test_fork_during_free(void **state)
 {
 	struct gdr_region *r = NULL;
+	unsigned alarm_s = 20 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 	pthread_t tf;
 	int status = -1;
 	pid_t pid;
@@ -233,13 +302,18 @@ static void test_fork_during_free(void **state)
 	free_paused(&tf, 4 * MiB);
 	pid = fork();
 	if (pid == 0) {
-		alarm(20); /* a hang fails the test instead of stalling it */
+		alarm(alarm_s); /* a hang fails the test instead of stalling it */
 		_exit(gdr_reg(cache, NULL, (void *)(uintptr_t)pause_.va, 4096, 0, &r) == 0 &&
 		      gdr_dereg(r) == 0 ? 0 : 1);
 	}
 	assert_true(pid > 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	free_resume(tf);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg(
+			"the child of fork() hung registering (killed by its alarm after %u s): it "
+			"waited for a free its parent's other thread had in flight",
+			alarm_s);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 }

@@ -6,6 +6,7 @@
  * one that cannot be opened is said once on stderr, where the lines then go. */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "deadline.h"
 
 static FILE *out;
 static int saved_stderr = -1;
@@ -88,10 +90,15 @@ static void test_one_line_per_interval_with_the_count(void **state)
 
 static pid_t child_pid; /* the last child's */
 
+/* A child (and its child of fork) that hangs is killed by its alarm, in seconds (times
+ * GDR_TEST_WAIT_SCALE): a failure. */
+#define CHILD_ALARM_S 30
+
 /* Runs this program again as --child with GDRCACHE_LOG_FILE=file; its exit status (77: it cannot
  * exec itself) and its stderr in err; its pid in child_pid. */
 static int child(const char *file, char *err, size_t n)
 {
+	unsigned alarm_s = CHILD_ALARM_S * (unsigned)gdr_deadline_scale();
 	int p[2], status;
 	ssize_t r, total = 0;
 	pid_t pid;
@@ -99,6 +106,7 @@ static int child(const char *file, char *err, size_t n)
 	assert_int_equal(pipe(p), 0);
 	pid = child_pid = fork();
 	if (!pid) {
+		alarm(alarm_s); /* kept across exec */
 		dup2(p[1], 2);
 		setenv("GDRCACHE_LOG_FILE", file, 1);
 		setenv("GDRCACHE_LOG", "warn", 1);
@@ -111,9 +119,14 @@ static int child(const char *file, char *err, size_t n)
 	err[total] = '\0';
 	close(p[0]);
 	waitpid(pid, &status, 0);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("--child: hung (killed by its alarm after %u s); stderr: %s", alarm_s,
+			 err);
 	assert_true(WIFEXITED(status));
 	if (WEXITSTATUS(status) == 77)
 		skip();
+	if (WEXITSTATUS(status)) /* a child of fork() that hung says so here */
+		fail_msg("--child: exit %d; stderr: %s", WEXITSTATUS(status), err);
 	return WEXITSTATUS(status);
 }
 
@@ -252,10 +265,14 @@ int main(int argc, char **argv)
 		gdr_err("to the file %d", 1);
 		kid = fork();
 		if (!kid) {
+			/* its own alarm (fork clears the parent's): it holds the test's pipe open */
+			alarm(CHILD_ALARM_S * (unsigned)gdr_deadline_scale());
 			gdr_err("from the fork child");
 			_exit(0);
 		}
 		waitpid(kid, &status, 0);
+		if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+			fprintf(stderr, "the child of fork() hung (killed by its alarm) logging\n");
 		gdr_err("to the file %d", 2);
 		return WIFEXITED(status) && !WEXITSTATUS(status) ? 0 : 1;
 	}

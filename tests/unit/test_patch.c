@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "deadline.h"
 #include "intercept/patch.h"
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
@@ -317,6 +318,28 @@ static void test_refused(void **state)
 	assert_int_equal(gdr_patch_install(NULL, NULL, NULL, 0, NULL), -EINVAL); /* why NULL */
 }
 
+/* The calling threads' progress, waited for: its deadline (times GDR_TEST_WAIT_SCALE), for what
+ * takes milliseconds. Before any patch a thread that makes no calls is the machine's (skip);
+ * after one, the patch's (fail). */
+#define WAIT_MS 60000
+
+static long long wait_s(void)
+{
+	return WAIT_MS / 1000 * (long long)gdr_deadline_scale();
+}
+
+/* Sleeps step at a time until *calls reaches want, or the deadline passes: whether it did. */
+static bool calls_reach(atomic_long *calls, long want, const struct timespec *step,
+			int64_t deadline)
+{
+	while (atomic_load(calls) < want) {
+		if (gdr_deadline_passed(deadline))
+			return atomic_load(calls) >= want;
+		nanosleep(step, NULL);
+	}
+	return true;
+}
+
 /* Threads call a target in a tight loop while it is patched. */
 #define CONC_THREADS 8
 static fn6 conc_orig;
@@ -366,14 +389,24 @@ static void test_concurrent(void **state)
 
 	for (long i = 0; i < CONC_THREADS; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, conc_thread, (void *)(uintptr_t)i), 0);
-	while (atomic_load(&conc_calls) < 10000)
-		nanosleep(&ms, NULL);
+	if (!calls_reach(&conc_calls, 10000, &ms, gdr_deadline_ms(WAIT_MS))) {
+		atomic_store(&conc_stop, true);
+		for (int i = 0; i < CONC_THREADS; i++)
+			pthread_join(th[i], NULL);
+		print_message("%d threads made %ld calls of an unpatched target in %lld s: too "
+			      "slow a machine for the case\n",
+			      CONC_THREADS, atomic_load(&conc_calls), wait_s());
+		skip();
+	}
 	assert_int_equal(gdr_patch_install(t_conc, (void *)conc_hook, (void **)&conc_orig, 0, &why),
 			 0);
 	atomic_store(&conc_patched, true);
 	calls = atomic_load(&conc_calls);
-	while (atomic_load(&conc_calls) < calls + 10000)
-		nanosleep(&ms, NULL);
+	if (!calls_reach(&conc_calls, calls + 10000, &ms, gdr_deadline_ms(WAIT_MS))) {
+		atomic_store(&conc_stop, true); /* not joined: they may be stuck in the target */
+		fail_msg("the threads calling t_conc made %ld calls in %lld s once it was patched",
+			 atomic_load(&conc_calls) - calls, wait_s());
+	}
 	for (int i = 0; i < 20; i++)
 		nanosleep(&ms, NULL);
 	atomic_store(&conc_stop, true);
@@ -439,14 +472,30 @@ static void test_concurrent_libcuda_entry(void **state)
 
 		atomic_store(&lc_cur, i);
 		calls = atomic_load(&lc_calls);
-		while (atomic_load(&lc_calls) < calls + 2000)
-			nanosleep(&us, NULL);
+		if (!calls_reach(&lc_calls, calls + 2000, &us, gdr_deadline_ms(WAIT_MS))) {
+			atomic_store(&lc_stop, true);
+			if (i) /* not joined: they may be stuck in a patched target */
+				fail_msg("the calling threads made %ld calls in %lld s after "
+					 "target %d was patched",
+					 atomic_load(&lc_calls) - calls, wait_s(), i - 1);
+			for (int k = 0; k < CONC_THREADS; k++)
+				pthread_join(th[k], NULL);
+			print_message("%d threads made %ld calls of an unpatched target in %lld s: "
+				      "too slow a machine for the case\n",
+				      CONC_THREADS, atomic_load(&lc_calls) - calls, wait_s());
+			skip();
+		}
 		if (gdr_patch_install(t_lc + (size_t)i * LC_SIZE, (void *)lc_hook,
 				      (void **)&lc_orig[i], 0, &why))
 			fail_msg("patch %d refused: %s", i, why);
 		calls = atomic_load(&lc_calls);
-		while (atomic_load(&lc_calls) < calls + 2000)
-			nanosleep(&us, NULL);
+		if (!calls_reach(&lc_calls, calls + 2000, &us, gdr_deadline_ms(WAIT_MS))) {
+			/* not joined: they may be stuck in the target */
+			atomic_store(&lc_stop, true);
+			fail_msg("the calling threads made %ld calls in %lld s once target %d was "
+				 "patched",
+				 atomic_load(&lc_calls) - calls, wait_s(), i);
+		}
 	}
 	atomic_store(&lc_stop, true);
 	for (int i = 0; i < CONC_THREADS; i++)

@@ -37,6 +37,7 @@
 #include "cache/cache.h"
 #include "cache/thread.h"
 #include "cuda/cuda_abi.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "rerun.h"
@@ -48,6 +49,8 @@ static int child_run(bool to_file, const char *mode, char *err, size_t n, va_lis
 	int status;
 
 	assert_int_equal(gdr_rerun(mode, to_file, 120, err, n, &status, ap), 0);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
 	if (WIFSIGNALED(status))
 		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)
@@ -103,6 +106,7 @@ static struct gdr_cache *busy_cache(void)
 static int forks_during(void *(*fn)(void *), int n, int (*in_child)(void), bool exit_it)
 {
 	static volatile int stop;
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 	pthread_t t;
 	int hung = 0;
 
@@ -119,7 +123,7 @@ static int forks_during(void *(*fn)(void *), int n, int (*in_child)(void), bool 
 		if (!pid) {
 			int rc;
 
-			alarm(30);
+			alarm(alarm_s);
 			rc = in_child();
 			if (exit_it)
 				exit(rc);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "rerun.h"
@@ -38,6 +39,8 @@ static int child(const char *mode, char *err, size_t n, ...)
 	rc = gdr_rerun(mode, false, 120, err, n, &status, ap);
 	va_end(ap);
 	assert_int_equal(rc, 0);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
 	if (WIFSIGNALED(status))
 		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
 	if (WEXITSTATUS(status) == 77)
@@ -163,10 +166,13 @@ static void test_signal(void **state)
 static void test_fork_child_records(void **state)
 {
 	char err[4096], out[16384], *child_line, *parent_line;
+	int rc;
 	(void)state;
 
-	assert_int_equal(child("--fork", err, sizeof(err), "GDRCACHE_STATS", file_of("fork.%p"),
-			       "GDRCACHE_STATS_FORMAT", "json", NULL), 0);
+	rc = child("--fork", err, sizeof(err), "GDRCACHE_STATS", file_of("fork.%p"),
+		   "GDRCACHE_STATS_FORMAT", "json", NULL);
+	if (rc)
+		fail_msg("--fork: exit %d: %s", rc, err);
 	assert_string_equal(err, "");
 	assert_int_equal(slurp("fork.", out, sizeof(out)), 2); /* the parent's file, the child's */
 	child_line = strstr(out, "\"why\": \"destroy, child of fork\"");
@@ -277,15 +283,21 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--fork")) {
 		/* Two caches; the child destroys one and exits with the other; so does the parent. */
 		struct gdr_cache *kept = busy_cache(), *gone = busy_cache();
+		unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
 		int status;
 		pid_t pid = fork();
 
 		if (pid < 0)
 			return 1;
-		if (!pid)
+		if (!pid) {
+			alarm(alarm_s); /* a hang fails (it keeps stderr, the test's pipe, open) */
 			exit(gdr_cache_destroy(gone) ? 2 : 0);
-		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		}
+		if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+				fprintf(stderr, "the child of fork() hung (killed by its alarm)\n");
 			return 3;
+		}
 		(void)kept;
 		return gdr_cache_destroy(gone) ? 4 : 0;
 	}

@@ -53,9 +53,10 @@ for dep in $(ls -r /lib/modules/extra/nvdep-*.ko 2>/dev/null); do
 done
 insmod /lib/modules/extra/nvp2p_sim.ko || { echo "insmod nvp2p_sim.ko failed"; rc=1; }
 insmod /lib/modules/extra/gdrcache.ko || { echo "insmod gdrcache.ko failed"; rc=1; }
+# devtmpfs makes the node soon after insmod: 10 s at most (TCG, a loaded host).
 i=0
-while [ $i -lt 20 ] && [ ! -c /dev/gdrcache ]; do sleep 0.1; i=$((i + 1)); done
-[ -c /dev/gdrcache ] || { echo "/dev/gdrcache missing after reload"; rc=1; }
+while [ $i -lt 100 ] && [ ! -c /dev/gdrcache ]; do sleep 0.1; i=$((i + 1)); done
+[ -c /dev/gdrcache ] || { echo "/dev/gdrcache missing after reload (10 s after insmod)"; rc=1; }
 if dmesg | tail -n +$((before + 1)) | grep -E 'Oops|WARNING:|BUG:|general protection|Call Trace'; then
 	echo "the kernel complained during the case"
 	exit 1

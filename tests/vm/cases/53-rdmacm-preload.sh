@@ -15,8 +15,10 @@ command -v rping >/dev/null && command -v ucmatose >/dev/null ||
 [ -c /dev/infiniband/rdma_cm ] || { echo "no /dev/infiniband/rdma_cm (rdma_ucm not loaded)"; exit 1; }
 addr=$($IP -4 -o addr show dev "$GDR_VM_NETDEV" | sed -n 's/.* inet \([0-9.]*\)\/.*/\1/p' | head -n 1)
 
-# pair TAG PORT SERVER-CMD -- CLIENT-CMD: run the server, wait for its rdma_cm listener on PORT,
-# run the client; TAG.server / TAG.client hold stdout and then the exit status, TAG.*.err stderr.
+# pair TAG PORT SERVER-CMD -- CLIENT-CMD: run the server, wait for its rdma_cm listener on PORT
+# (30 s at most: past that the server is killed and the client not run), run the client, give the
+# server 60 s more to end (then it is killed); TAG.server / TAG.client hold stdout and then the
+# exit status ("exit N", or what happened instead, which fails check), TAG.*.err stderr.
 pair() {
 	tag=$1 port=$2
 	shift 2
@@ -27,14 +29,27 @@ pair() {
 	$srv >"$tag.server" 2>"$tag.server.err" &
 	spid=$!
 	i=0
-	while [ $i -lt 300 ] && ! rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$port "; do
+	listening=0
+	while [ $i -lt 300 ]; do
+		rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$port " && { listening=1; break; }
 		sleep 0.1
 		i=$((i + 1))
 	done
-	"$@" >"$tag.client" 2>"$tag.client.err"
-	echo "exit $?" >>"$tag.client"
-	wait $spid
-	echo "exit $?" >>"$tag.server"
+	if [ $listening = 0 ]; then
+		echo "$tag: no rdma_cm listener on port $port 30 s after the server started: the client not run"
+		: >"$tag.client.err"
+		echo "exit none (the server did not listen)" >"$tag.client"
+		vm-wait-exit "$spid" 0 "$tag: the server"
+	else
+		"$@" >"$tag.client" 2>"$tag.client.err"
+		echo "exit $?" >>"$tag.client"
+		vm-wait-exit "$spid" 60 "$tag: the server (the client ended)"
+	fi
+	case $? in
+	0) wait $spid; echo "exit $?" >>"$tag.server" ;;
+	1) wait $spid; echo "exit $? (killed)" >>"$tag.server" ;;
+	*) echo "exit none (stuck after SIGKILL)" >>"$tag.server" ;;
+	esac
 }
 
 RACY='DISCONNECT EVENT\.\.\.$|^wait for RDMA_READ_ADV state [0-9]+$'
