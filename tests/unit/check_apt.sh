@@ -52,19 +52,18 @@ if ((rc != 0 && took <= 10)) && grep -q 'still held after 3s (GDR_APT_LOCK_TIMEO
 	ok "a lock never freed: failed after ${took}s, naming it"
 else not_ok "a lock never freed: rc $rc after ${took}s; $(tail -1 "$tmp/err")"; fi
 
-reset
-FAKE_FAILS=1 FAKE_MSG='E: Failed to fetch http://deb.debian.org/x.deb  Connection reset' \
-	gdr_apt install -y x >/dev/null 2>"$tmp/err"
-rc=$?
-if ((rc == 0)) && [[ $(cat "$FAKE_STATE") == 2 ]]; then ok "a broken download: tried once more, succeeded"
-else not_ok "a broken download: rc $rc after $(cat "$FAKE_STATE") calls (want 0 after 2)"; fi
-
-reset
-FAKE_FAILS=5 FAKE_MSG='E: Failed to fetch http://deb.debian.org/x.deb  Connection reset' \
-	gdr_apt install -y x >/dev/null 2>"$tmp/err"
-rc=$?
-if ((rc == 100)) && [[ $(cat "$FAKE_STATE") == 2 ]]; then ok "two broken downloads: apt-get's status (100) after 2 calls"
-else not_ok "two broken downloads: rc $rc after $(cat "$FAKE_STATE") calls (want 100 after 2)"; fi
+# downloads FAILS WANT_RC WANT_CALLS TEXT: a download that breaks FAILS times in a row.
+downloads() {
+	reset
+	FAKE_FAILS=$1 FAKE_MSG='E: Failed to fetch http://deb.debian.org/x.deb  Connection reset' \
+		gdr_apt install -y x >/dev/null 2>"$tmp/err"
+	local rc=$? calls
+	calls=$(cat "$FAKE_STATE")
+	if ((rc == $2 && calls == $3)); then ok "$4"
+	else not_ok "$4: rc $rc after $calls calls (want $2 after $3)"; fi
+}
+downloads 1 0 2 "a broken download: tried once more, succeeded"
+downloads 5 100 2 "two broken downloads: apt-get's status (100) after 2 calls"
 
 reset
 out=$(FAKE_FAILS=0 gdr_apt install -y x 2>/dev/null)
