@@ -82,14 +82,6 @@ static void *other_thread(void *arg)
 	return NULL;
 }
 
-/* pthread_join until deadline (gdr_deadline_ms): 0, or ETIMEDOUT once it passed. */
-static int join_until(pthread_t t, int64_t deadline)
-{
-	struct timespec ts = gdr_deadline_realtime(deadline);
-
-	return pthread_timedjoin_np(t, NULL, &ts);
-}
-
 static void crashed(int sig)
 {
 	static const char m[] = "FAIL: the thread stopped inside cuMemFree_v2's first instructions "
@@ -132,7 +124,7 @@ static void other_loads_cuda(void)
 			fprintf(stderr,
 				"SKIP: the other thread did not get to cuMemFree_v2's entry "
 				"within %lld s\n",
-				(long long)(WAIT_MS / 1000 * gdr_deadline_scale()));
+				gdr_deadline_s(WAIT_MS));
 			_exit(77);
 		}
 		sched_yield();
@@ -181,12 +173,12 @@ int main(int argc, char **argv)
 	if (!triggered)
 		return fprintf(stderr, "SKIP: libgdrcache's driver check was not seen\n"), 77;
 	__atomic_store_n(&flag, 2, __ATOMIC_RELEASE);
-	if (join_until(other, gdr_deadline_ms(WAIT_MS))) {
+	if (gdr_join_until(other, gdr_deadline_ms(WAIT_MS))) {
 		fprintf(stderr,
 			"FAIL: the thread stopped inside cuMemFree_v2's first instructions "
 			"did not return within %lld s of resuming: the entry was rewritten "
 			"under it\n",
-			(long long)(WAIT_MS / 1000 * gdr_deadline_scale()));
+			gdr_deadline_s(WAIT_MS));
 		_exit(1); /* not exit(): that thread may hold what exit's handlers need */
 	}
 	printf("the thread stopped inside cuMemFree_v2 resumed and returned %llu\n",

@@ -61,6 +61,23 @@ static inline struct timespec gdr_deadline_realtime(int64_t deadline)
 	return (struct timespec){ at / 1000000000, at % 1000000000 };
 }
 
+/* A wait of ms (before GDR_TEST_WAIT_SCALE) in whole seconds, as scaled: for its messages. */
+static inline long long gdr_deadline_s(int64_t ms)
+{
+	return (long long)(ms / 1000 * gdr_deadline_scale());
+}
+
+#ifdef _GNU_SOURCE
+#include <pthread.h>
+/* pthread_join until deadline (gdr_deadline_ms): 0, or ETIMEDOUT once it passed. */
+static inline int gdr_join_until(pthread_t t, int64_t deadline)
+{
+	struct timespec ts = gdr_deadline_realtime(deadline);
+
+	return pthread_timedjoin_np(t, NULL, &ts);
+}
+#endif
+
 /* Spins (yielding) until *flag is nonzero (acquire) or the deadline passes: whether it came. */
 static inline bool gdr_wait_flag(const int *flag, int64_t deadline)
 {

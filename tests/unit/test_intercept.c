@@ -41,13 +41,8 @@
 #define MiB (1024ULL * 1024)
 
 /* A wait for another thread of this test, for what takes microseconds: its deadline (times
- * GDR_TEST_WAIT_SCALE, as wait_s() says it). */
+ * GDR_TEST_WAIT_SCALE, as gdr_deadline_s(WAIT_MS) says it). */
 #define WAIT_MS 60000
-
-static long long wait_s(void)
-{
-	return WAIT_MS / 1000 * (long long)gdr_deadline_scale();
-}
 
 /* pthread_cond_wait until deadline (gdr_deadline_ms): whether the deadline passed. */
 static bool cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
@@ -55,14 +50,6 @@ static bool cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadl
 	struct timespec ts = { deadline / 1000000000, deadline % 1000000000 };
 
 	return pthread_cond_clockwait(c, m, CLOCK_MONOTONIC, &ts) == ETIMEDOUT;
-}
-
-/* pthread_join until deadline (gdr_deadline_ms): 0, or ETIMEDOUT once it passed. */
-static int join_until(pthread_t t, int64_t deadline)
-{
-	struct timespec ts = gdr_deadline_realtime(deadline);
-
-	return pthread_timedjoin_np(t, NULL, &ts);
 }
 
 /* The fake's exported entries (their first bytes are libcuda's; the library patched them). */
@@ -169,7 +156,7 @@ static void enter_hook(const char *entry, void *arg)
 		fprintf(stderr,
 			"the free stopped inside cuMemFree_v2 was not let go within %lld s: "
 			"it goes on\n",
-			wait_s());
+			gdr_deadline_s(WAIT_MS));
 	pthread_mutex_unlock(&pause_.lock);
 }
 
@@ -209,7 +196,7 @@ static void free_paused(pthread_t *tf, size_t size)
 		free_let_go();
 		fail_msg("the freeing thread did not reach the driver's cuMemFree_v2 within %lld s "
 			 "(stuck in the library's free hook?)",
-			 wait_s());
+			 gdr_deadline_s(WAIT_MS));
 	}
 }
 
@@ -258,17 +245,17 @@ static void test_registration_during_free_is_not_cached(void **state)
 			fail_msg(
 				"a registration during the free neither waited for it nor returned "
 				"within %lld s",
-				wait_s());
+				gdr_deadline_s(WAIT_MS));
 		}
 		sched_yield();
 	}
 	/* 3. the free goes on and returns */
 	free_resume(tf);
-	if (join_until(tr, gdr_deadline_ms(WAIT_MS)))
+	if (gdr_join_until(tr, gdr_deadline_ms(WAIT_MS)))
 		fail_msg(
 			"the registration that waited for the free did not return within %lld s of "
 			"the free's end",
-			wait_s());
+			gdr_deadline_s(WAIT_MS));
 	/* the waiting registration saw the freed memory: refused (not GPU memory, no PD), or the
 	 * buffer of a later allocation; never the freed one */
 	assert_true(pause_.reg_rc != 0 || pause_.reg_id != old_id);

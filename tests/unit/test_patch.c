@@ -323,11 +323,6 @@ static void test_refused(void **state)
  * after one, the patch's (fail). */
 #define WAIT_MS 60000
 
-static long long wait_s(void)
-{
-	return WAIT_MS / 1000 * (long long)gdr_deadline_scale();
-}
-
 /* Sleeps step at a time until *calls reaches want, or the deadline passes: whether it did. */
 static bool calls_reach(atomic_long *calls, long want, const struct timespec *step,
 			int64_t deadline)
@@ -395,7 +390,7 @@ static void test_concurrent(void **state)
 			pthread_join(th[i], NULL);
 		print_message("%d threads made %ld calls of an unpatched target in %lld s: too "
 			      "slow a machine for the case\n",
-			      CONC_THREADS, atomic_load(&conc_calls), wait_s());
+			      CONC_THREADS, atomic_load(&conc_calls), gdr_deadline_s(WAIT_MS));
 		skip();
 	}
 	assert_int_equal(gdr_patch_install(t_conc, (void *)conc_hook, (void **)&conc_orig, 0, &why),
@@ -405,7 +400,7 @@ static void test_concurrent(void **state)
 	if (!calls_reach(&conc_calls, calls + 10000, &ms, gdr_deadline_ms(WAIT_MS))) {
 		atomic_store(&conc_stop, true); /* not joined: they may be stuck in the target */
 		fail_msg("the threads calling t_conc made %ld calls in %lld s once it was patched",
-			 atomic_load(&conc_calls) - calls, wait_s());
+			 atomic_load(&conc_calls) - calls, gdr_deadline_s(WAIT_MS));
 	}
 	for (int i = 0; i < 20; i++)
 		nanosleep(&ms, NULL);
@@ -477,12 +472,12 @@ static void test_concurrent_libcuda_entry(void **state)
 			if (i) /* not joined: they may be stuck in a patched target */
 				fail_msg("the calling threads made %ld calls in %lld s after "
 					 "target %d was patched",
-					 atomic_load(&lc_calls) - calls, wait_s(), i - 1);
+					 atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS), i - 1);
 			for (int k = 0; k < CONC_THREADS; k++)
 				pthread_join(th[k], NULL);
 			print_message("%d threads made %ld calls of an unpatched target in %lld s: "
 				      "too slow a machine for the case\n",
-				      CONC_THREADS, atomic_load(&lc_calls) - calls, wait_s());
+				      CONC_THREADS, atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS));
 			skip();
 		}
 		if (gdr_patch_install(t_lc + (size_t)i * LC_SIZE, (void *)lc_hook,
@@ -494,7 +489,7 @@ static void test_concurrent_libcuda_entry(void **state)
 			atomic_store(&lc_stop, true);
 			fail_msg("the calling threads made %ld calls in %lld s once target %d was "
 				 "patched",
-				 atomic_load(&lc_calls) - calls, wait_s(), i);
+				 atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS), i);
 		}
 	}
 	atomic_store(&lc_stop, true);
