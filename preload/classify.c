@@ -75,3 +75,8 @@ bool gdrp_is_gpu(const void *addr)
 		return false;
 	return type == CU_MEMORYTYPE_DEVICE;
 }
+
+bool gdrp_cuda_loaded(void)
+{
+	return driver() != NULL;
+}

@@ -24,8 +24,13 @@
  *   ibv_reg_mr_ex@IBVERBS_1.15     (rdma-core 58 and later) an address registration (comp_mask
  *                                  ADDR, with IOVA == addr or none) is served like ibv_reg_mr; a
  *                                  dma-buf fd, a DMA handle, a provider buffer pass through
- *   ibv_reg_dmabuf_mr@IBVERBS_1.12 passes through (a dma-buf has no address to cache by), and so
- *   ibv_reg_buf_mr@IBVERBS_1.17    does a buffer ibv_alloc_buf made (the provider's memory)
+ *   ibv_reg_dmabuf_mr@IBVERBS_1.12 a dma-buf the CUDA driver exported in this process while the
+ *                                  library watched (lib/intercept/dmabufs.c vouches for its range),
+ *                                  with iova == the range's address at offset (what NCCL, UCX, NIXL
+ *                                  pass): served like ibv_reg_mr of that address; the shadow's addr
+ *                                  is the offset, as libibverbs sets it. Any other dma-buf passes
+ *                                  through (counted: passthrough_dmabuf)
+ *   ibv_reg_buf_mr@IBVERBS_1.17    passes through: a buffer ibv_alloc_buf made (the provider's memory)
  *   ibv_dealloc_pd@IBVERBS_1.1     gdr_cache_release_pd first: the cache's idle MRs never make it fail
  *   ibv_close_device@IBVERBS_1.1   the same for every PD of the context; shadows the program still
  *                                  holds on it become orphans (their release is a no-op)
@@ -134,7 +139,8 @@ struct counters {
 	uint64_t iova;     /* passed through: iova != addr, or IBV_ACCESS_ZERO_BASED */
 	uint64_t odp;      /* passed through: IBV_ACCESS_ON_DEMAND */
 	uint64_t fallback; /* passed through: the cache refused or failed */
-	uint64_t dmabuf;   /* ibv_reg_dmabuf_mr, passed through */
+	uint64_t dmabuf;   /* ibv_reg_dmabuf_mr, passed through: a dma-buf nobody vouches for */
+	uint64_t dmabuf_cached; /* ibv_reg_dmabuf_mr served through the cache (in cached too) */
 	uint64_t other;    /* passed through: ibv_reg_mr_ex of an fd, a DMA handle or a provider
 			      buffer, ibv_reg_buf_mr; access bits libgdrcache reads as its own */
 	uint64_t released; /* shadow MRs released */
@@ -341,6 +347,7 @@ static void print_stats(const char *why)
 		{ "passthrough_other", NULL, LOAD(other) },
 		{ "rereg_refused", NULL, LOAD(rereg_refused) },
 		{ "records", NULL, gdrp_rec_count() },
+		{ "dmabuf_cached", NULL, LOAD(dmabuf_cached) },
 	};
 	char head[64];
 
@@ -510,6 +517,7 @@ HIT_PATH struct ibv_mr *shadow_new(struct gdr_region *region, const struct ibv_m
 	r->region = region;
 	r->real = NULL;
 	r->access = (int)access;
+	r->dmabuf = false;
 	shadow_fill(&r->mr, cmr, pd, addr, len);
 	gdrp_rec_publish(r);
 	COUNT(cached);
@@ -650,16 +658,58 @@ struct ibv_mr *gdrp_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint
 	return mr;
 }
 
+/* A dma-buf registration through the cache: the library vouches for the GPU range the fd holds
+ * (exported by the driver in this process, the same memory still there), the request lies inside
+ * it, and iova is the range's own address at offset; then it is ibv_reg_mr of that address, whose
+ * MR answers for exactly the same bytes. The shadow's addr is offset, as libibverbs sets a dma-buf
+ * MR's. NULL: pass it through (counted). The first call in a process that loaded the driver makes
+ * the cache, so that the driver's exports are watched from then on: NCCL's probe of dma-buf
+ * support (fd -1) comes before its first export. */
+static __attribute__((noinline)) struct ibv_mr *
+reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, unsigned access)
+{
+	uint64_t va = 0, size = 0;
+	struct ibv_mr *mr;
+	int saved = errno, rc;
+
+	if (!__atomic_load_n(&cache, __ATOMIC_ACQUIRE) && gdrp_cuda_loaded())
+		pthread_once(&cache_once, cache_create);
+	in_lib++;
+	rc = fd < 0 ? -EBADF : gdr_private_dmabuf_range(fd, &va, &size);
+	in_lib--;
+	errno = saved;
+	if (rc || offset > size || len > size - offset) {
+		COUNT(dmabuf);
+		gdrp_debug("ibv_reg_dmabuf_mr(fd %d, +%" PRIu64 ", %zu): %s: passed through", fd,
+			   offset, len, rc ? err_name(rc) : "outside the exported range");
+		return NULL;
+	}
+	if (iova != va + offset) {
+		COUNT(iova);
+		return NULL;
+	}
+	mr = reg_any(pd, (void *)(uintptr_t)iova, len, iova, access);
+	if (!mr)
+		return NULL; /* counted as the same ibv_reg_mr would be */
+	mr->addr = (void *)(uintptr_t)offset;
+	((struct gdrp_rec *)(void *)mr)->dmabuf = true;
+	COUNT(dmabuf_cached);
+	return mr;
+}
+
 GDRP_SYMBOL("ibv_reg_dmabuf_mr@@IBVERBS_1.12")
 struct ibv_mr *gdrp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
 				  int fd, int access)
 {
-	struct ibv_mr *mr;
+	struct ibv_mr *mr = NULL;
 
 	setup();
-	if (!in_lib)
+	if (may_cache(pd, len, true, (unsigned)access))
+		mr = reg_dmabuf(pd, offset, len, iova, fd, (unsigned)access);
+	else if (!in_lib)
 		COUNT(dmabuf);
-	PASS(mr, reg_dmabuf_mr, pd, offset, len, iova, fd, access);
+	if (!mr)
+		PASS(mr, reg_dmabuf_mr, pd, offset, len, iova, fd, access);
 	return mr;
 }
 
@@ -840,6 +890,12 @@ static int rereg_shadow(struct gdrp_rec *r, int flags, struct ibv_pd *pd, void *
 		return rereg_input_error("no PD");
 	if (r->kind == GDRP_ORPHAN)
 		return rereg_input_error("its device was closed");
+	if (r->dmabuf) {
+		/* Its translation is a dma-buf's, which ibv_rereg_mr has no way to name. */
+		gdrp_info("ibv_rereg_mr of a cached dma-buf MR: not supported");
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	if (__atomic_load_n(&forked, __ATOMIC_RELAXED))
 		return rereg_input_error("inherited from the parent process");
 	rc = rereg_ask_provider(r, flags, pd, addr, len, access);

@@ -42,6 +42,7 @@ struct gdrp_rec {
 	struct gdr_region *region; /* GDRP_CACHED */
 	struct ibv_mr *real;       /* GDRP_WRAPPED */
 	int access;                /* for ibv_rereg_mr without IBV_REREG_MR_CHANGE_ACCESS */
+	bool dmabuf;               /* GDRP_CACHED: by ibv_reg_dmabuf_mr (addr: the offset) */
 };
 
 /* mrtab.c: the records handed out (their hit path: mrtab.h) and the PDs the cache has MRs for. */
@@ -64,6 +65,8 @@ extern struct gdr_private_config gdrp_cfg;
 
 /* classify.c: whether the CUDA driver already loaded in this process calls addr device memory. */
 bool gdrp_is_gpu(const void *addr);
+/* Whether the program has loaded the CUDA driver (classify.c). */
+bool gdrp_cuda_loaded(void);
 
 /* interpose.c: what a dlsym / dlvsym lookup of name (version: NULL for dlsym) that found `found`
  * hands back: for libibverbs' own definition of an interposed entry point, the preload's interposer

@@ -495,7 +495,9 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 	err = context_borrow(device, &b);
 	if (err)
 		return err;
+	gdr_hooks_own_export(true);
 	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	gdr_hooks_own_export(false);
 	context_return(&b);
 	if (rc != GDR_CUDA_SUCCESS) {
 		/* INVALID_VALUE on a range the driver calls device memory: memory it will not export

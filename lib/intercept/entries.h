@@ -18,8 +18,13 @@
  *            b: the device); every cached entry is asked of the driver again after the call.
  *          ALLOC: allocates the range [a, a + b) on success (b 0: no range); relieves and retries
  *            once on CUDA_ERROR_OUT_OF_MEMORY. Not required: the free events do not rest on it.
+ *          EXPORT: exports the range [a, a + b) as a handle (its first parameter: where it is
+ *            written; its fourth: the handle type); a dma-buf made for the program is recorded
+ *            with its range (intercept/dmabufs.c), so that the preload can serve a registration of
+ *            its fd from the cache. Not required: without it dma-buf registrations pass through.
  *  route   the enum gdr_free_route (include/gdrcache.h) its calls count under in
- *          gdr_intercept_stats.frees[]; NONE for ALLOC (hooks.c checks every route has a row)
+ *          gdr_intercept_stats.frees[]; NONE for ALLOC and EXPORT (hooks.c checks every route
+ *          has a row)
  *  fake    SIM: the fake driver SIMULATES it (an assembly entry copying libcuda's entry bytes);
  *          NOSIM: the fake driver does not export it (a real libcuda does)
  *  params  its C parameters (lib/cuda/cuda_abi.h's types), args: their names as passed on; a and
@@ -76,5 +81,8 @@ GDR_ENTRY(cuMemCreate,                  ALLOC, NONE,                     SIM,
 GDR_ENTRY(cuMemMap,                     ALLOC, NONE,                     SIM,
 	  (gdr_CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f),
 	  (p, n, off, h, f), p, n)
+GDR_ENTRY(cuMemGetHandleForAddressRange, EXPORT, NONE,                    SIM,
+	  (void *h, gdr_CUdeviceptr p, size_t n, int type, unsigned long long f),
+	  (h, p, n, type, f), p, n)
 /* clang-format on */
 #undef GDR_ENTRY

@@ -59,6 +59,7 @@
 #include "common/log.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
+#include "intercept/dmabufs.h"
 #include "intercept/events.h"
 #include "intercept/hooks.h"
 #include "intercept/patch.h"
@@ -69,6 +70,8 @@
 static GDR_TLS int hook_depth;
 /* This thread is giving back a primary context the library borrowed (gdr_hooks_own_release). */
 static GDR_TLS int own_release;
+/* This thread exports a dma-buf for the library's own pin (gdr_hooks_own_export). */
+static GDR_TLS int own_export;
 
 static struct {
 	uint64_t frees[GDR_FREE_ROUTES];
@@ -106,6 +109,7 @@ static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_
 	hook_depth++;
 	fs->token = gdr_events_free_begin(start, len);
 	gdr_events_push(start, len);
+	gdr_dmabufs_drop(start, len);
 	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
 	if (hook_depth == 1 && !gdr_cache_locks_held) {
 		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
@@ -172,6 +176,7 @@ static void ctx_begin(struct free_scope *fs, int route)
 	fs->t0 = now_ns();
 	hook_depth++;
 	fs->token = gdr_events_free_begin(0, ALL);
+	gdr_dmabufs_drop(0, ALL); /* no dma-buf is vouched for while a context may be going */
 	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
 	fs->t0 = now_ns() - fs->t0; /* the hook's own time, as free_begin counts it */
 }
@@ -239,9 +244,49 @@ static bool oom_relieve(void)
 			if (rc == GDR_CUDA_SUCCESS)                                                \
 				__atomic_add_fetch(&hs.oom_retry_ok, 1, __ATOMIC_RELAXED);         \
 		}                                                                                  \
-		if (rc == GDR_CUDA_SUCCESS && (size) != 0)                                         \
+		if (rc == GDR_CUDA_SUCCESS && (size) != 0) {                                       \
 			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);       \
+			gdr_dmabufs_drop((uint64_t)(uintptr_t)(va), size);                         \
+		}                                                                                  \
 		hook_depth--;                                                                      \
+		return rc;                                                                         \
+	}
+
+/* ---- Export hooks --------------------------------------------------------------------------------- */
+
+void gdr_hooks_own_export(bool on)
+{
+	own_export = on;
+}
+
+/* The handle and type of an EXPORT row's call (its first and fourth parameters). */
+#define EXPORT_HANDLE_(h, ...) (h)
+#define EXPORT_TYPE_(h, p, n, type, ...) (type)
+
+/* Calls the original; a dma-buf it exported for the program (not for the library's own pin) is
+ * recorded with its range (dmabufs.c), provided the allocation at the range's start is the same
+ * before and after the call. */
+#define EXPORT_HOOK(name, no_route, params, args, va, size)                                        \
+	static void *o_##name;                                                                     \
+	static gdr_CUresult h_##name params                                                        \
+	{                                                                                          \
+		bool dmabuf_ = EXPORT_HANDLE_ args &&                                              \
+			       EXPORT_TYPE_ args == GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD &&     \
+			       !own_export;                                                        \
+		uint64_t id0_ = 0;                                                                 \
+		gdr_CUresult rc;                                                                   \
+		int err_;                                                                          \
+                                                                                                   \
+		hook_depth++;                                                                      \
+		if (dmabuf_ && gdr_cuda_buffer_id((uint64_t)(va), &id0_))                          \
+			id0_ = 0;                                                                  \
+		rc = CALL_ORIG(name, params, args);                                                \
+		err_ = errno;                                                                      \
+		if (rc == GDR_CUDA_SUCCESS && dmabuf_ && id0_)                                     \
+			gdr_dmabufs_exported(*(int *)EXPORT_HANDLE_ args, (uint64_t)(va),          \
+					     (uint64_t)(size), id0_);                              \
+		hook_depth--;                                                                      \
+		errno = err_;                                                                      \
 		return rc;                                                                         \
 	}
 
@@ -259,6 +304,7 @@ static bool oom_relieve(void)
 #define ROUTE_BIT_FREE(route) | 1u << (route)
 #define ROUTE_BIT_CTX(route) | 1u << (route)
 #define ROUTE_BIT_ALLOC(no_route)
+#define ROUTE_BIT_EXPORT(no_route)
 #define GDR_ENTRY(name, kind, route, ...) ROUTE_BIT_##kind(route)
 _Static_assert(
 	(0u
@@ -278,6 +324,7 @@ struct target {
 #define REQUIRED_FREE true
 #define REQUIRED_CTX true
 #define REQUIRED_ALLOC false
+#define REQUIRED_EXPORT false
 static struct target targets[] = {
 #define GDR_ENTRY(name, kind, ...)                                                                 \
 	{ #name, (void *)h_##name, &o_##name, REQUIRED_##kind, -ENOENT, NULL },
@@ -324,10 +371,9 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		snprintf(install_why, sizeof(install_why), "libcuda exports no free function");
 	}
 	if (nalloc_fail)
-		gdr_warn(
-			"%d CUDA allocation entry points not intercepted (%s: %s): no out-of-memory "
-			"relief through them",
-			nalloc_fail, first_alloc_fail, alloc_why);
+		gdr_warn("%d CUDA allocation or export entry points not intercepted (%s: %s): no "
+			 "out-of-memory relief or dma-buf caching through them",
+			 nalloc_fail, first_alloc_fail, alloc_why);
 	gdr_info("CUDA free interception: %d of %d free entry points patched, %d entries in the "
 		 "one-byte form%s",
 		 nok, nreq, nshort,

@@ -30,6 +30,8 @@ GDR_HIDDEN int gdr_events_probe(const char **why);
  * leaves the context active is then taken as not the last (the borrow's reference was not the
  * application's). Every other primary-context release is taken as possibly the last. */
 GDR_HIDDEN void gdr_hooks_own_release(bool on);
+/* Around the library's own dma-buf exports (cuda.c): not recorded as the program's (dmabufs.h). */
+GDR_HIDDEN void gdr_hooks_own_export(bool on);
 /* One line of what the interception saw, for GDRCACHE_STATS. */
 GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);
 

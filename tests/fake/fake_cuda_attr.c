@@ -245,8 +245,9 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdev
 	return rc;
 }
 
-EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
-					      int handleType, unsigned long long flags)
+ENTRY_EXPORT CUresult ENTRY_FN(cuMemGetHandleForAddressRange)(void *handle, CUdeviceptr dptr,
+							       size_t size, int handleType,
+							       unsigned long long flags)
 {
 	CUresult rc = CUDA_SUCCESS;
 	char name[80];

@@ -137,7 +137,7 @@ void ctx_used(CUcontext ctx, int dev);
 	X(cuDeviceGetAttribute) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)            \
 	X(cuDevicePrimaryCtxRetain)                                                                \
 	X(cuCtxGetFlags) X(cuCtxSetFlags) X(cuPointerGetAttribute) X(cuPointerGetAttributes)       \
-	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2) X(cuMemGetHandleForAddressRange)       \
+	X(cuPointerSetAttribute) X(cuMemGetAddressRange_v2)                                          \
 	X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuIpcOpenMemHandle_v2)                             \
 	X(cuDevicePrimaryCtxGetState) X(cuCtxPushCurrent_v2)                                       \
 	X(cuCtxPopCurrent_v2) X(cuCtxCreate_v2) X(cuDeviceGetDefaultMemPool)                       \
@@ -320,6 +320,8 @@ CUresult ENTRY_FN(cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size
 			       unsigned long long flags);
 CUresult ENTRY_FN(cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
 			    CUmemGenericAllocationHandle handle, unsigned long long flags);
+CUresult ENTRY_FN(cuMemGetHandleForAddressRange)(void *handle, CUdeviceptr dptr, size_t size,
+						 int handleType, unsigned long long flags);
 #define GDR_ENTRY(name, kind, route, fake, ...)                                                    \
 	FAKE_IF_##fake(EXPORT __typeof__(ENTRY_FN(name)) name;)
 #include "../../lib/intercept/entries.h"
@@ -337,8 +339,6 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, int *attribut
 				       CUdeviceptr ptr);
 EXPORT CUresult cuPointerSetAttribute(const void *value, int attribute, CUdeviceptr ptr);
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
-EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
-					      int handleType, unsigned long long flags);
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +47,8 @@ static struct ibv_pd *pd;
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
+int cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size, int type,
+				  unsigned long long flags);
 
 static void *gpu_alloc(size_t size)
 {
@@ -338,6 +341,194 @@ static void test_dmabuf(void)
 	CHECK(ibv_dereg_mr(mr) == 0 && fcount("dereg") == dereg0 + 1, "and so does its release");
 }
 
+/* cuMemGetHandleForAddressRange(DMA_BUF_FD) of [va, va + size), as NCCL calls it: an fd or -1. */
+static int export_dmabuf(const void *va, size_t size)
+{
+	int fd = -1;
+
+	return cuMemGetHandleForAddressRange(&fd, (uintptr_t)va, size, 1, 0) ? -1 : fd;
+}
+
+/* Real registrations so far: every MR the fake makes, through ibv_reg_mr (the peermem backend's)
+ * or ibv_reg_dmabuf_mr (the dmabuf backend's), is counted as "reg". */
+static uint64_t real_regs(void)
+{
+	return fcount("reg");
+}
+
+/* A dma-buf exported before the library watched the driver's exports (main, before any
+ * registration made the cache). */
+static int early_fd = -1;
+static char *early_buf;
+
+#define DB_BUFS 4
+#define DB_ROUNDS 5
+
+/* NCCL's registration (src/transport/net_ib: ncclIbRegMrDmaBufInternal): the range's pages
+ * exported, a fresh fd each time, registered with offset = addr - base, iova = addr, the fd
+ * closed; released at the end. Served by the cache: one real registration an allocation, in the
+ * first round; hits from the second round on, though every fd is new. */
+static void test_dmabuf_nccl(void)
+{
+	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	char *bufs[DB_BUFS];
+	struct ibv_mr *mr[DB_ROUNDS][DB_BUFS] = { { NULL } }, *probe, *ref;
+	uint64_t r0, round0 = 0;
+	int bad_shape = 0, not_cached = 0, bad_keys = 0, deregs = 0;
+
+	/* NCCL's probe of dma-buf support first: fd -1, nothing to vouch for, the provider answers */
+	errno = 0;
+	probe = ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0);
+	CHECK(!probe && errno == EBADF, "NCCL's dma-buf probe (fd -1) gets the provider's answer");
+	for (int b = 0; b < DB_BUFS; b++)
+		bufs[b] = gpu_alloc(1 << 20);
+	r0 = real_regs();
+	for (int round = 0; round < DB_ROUNDS; round++) {
+		for (int b = 0; b < DB_BUFS; b++) {
+			/* a buffer inside the allocation, as a tensor would be (remote access: its
+			 * MR's keys are bounded to it, so each round registers the same range) */
+			char *addr = bufs[b] + 12288 + 100;
+			char *base = bufs[b] + 12288; /* page-aligned start of the exported pages */
+			size_t size = 65536, len = 65536 - 100;
+			int fd = export_dmabuf(base, size);
+			struct ibv_mr *m;
+
+			m = fd < 0 ? NULL
+				   : ibv_reg_dmabuf_mr(pd, (uint64_t)(addr - base), len,
+						       (uintptr_t)addr, fd, access);
+			if (fd >= 0)
+				close(fd);
+			mr[round][b] = m;
+			not_cached += !cached(m);
+			bad_shape += !m || m->addr != (void *)(uintptr_t)(addr - base) ||
+				     m->length != len || m->pd != pd || m->context != ctx;
+			ref = cached(m) ? ibv_reg_mr(pd, addr, len, access) : NULL;
+			bad_keys += !cached(ref) || ref->lkey != m->lkey || ref->rkey != m->rkey;
+			if (ref)
+				ibv_dereg_mr(ref);
+		}
+		if (round == 0)
+			round0 = real_regs() - r0;
+	}
+	CHECK(not_cached == 0, "%d rounds x %d buffers of NCCL's sequence: every MR a shadow (%d not)",
+	      DB_ROUNDS, DB_BUFS, not_cached);
+	CHECK(bad_shape == 0, "each answers for the caller's offset (its addr), length, pd (%d bad)",
+	      bad_shape);
+	CHECK(bad_keys == 0, "each has the keys ibv_reg_mr of the same address gets (%d differ)",
+	      bad_keys);
+	CHECK(round0 <= DB_BUFS && real_regs() - r0 == round0,
+	      "real registrations: %llu in round 1, none after (%llu in all)",
+	      (unsigned long long)round0, (unsigned long long)(real_regs() - r0));
+	for (int round = 0; round < DB_ROUNDS; round++)
+		for (int b = 0; b < DB_BUFS; b++)
+			deregs += mr[round][b] && ibv_dereg_mr(mr[round][b]) == 0;
+	CHECK(deregs == DB_ROUNDS * DB_BUFS && fcount("dereg_bad") == 0,
+	      "ibv_dereg_mr releases every one (%d of %d)", deregs, DB_ROUNDS * DB_BUFS);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr[0][0] = ibv_reg_dmabuf_mr(pd, 0, 4096, (uintptr_t)bufs[0] + 12288,
+							  export_dmabuf(bufs[0] + 12288, 4096),
+							  access),
+			   IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, access) ==
+		      IBV_REREG_MR_ERR_INPUT &&
+		      errno == EOPNOTSUPP && cached(mr[0][0]),
+	      "ibv_rereg_mr of a cached dma-buf MR: refused, EOPNOTSUPP, the MR unchanged");
+	if (mr[0][0])
+		ibv_dereg_mr(mr[0][0]);
+	for (int b = 0; b < DB_BUFS; b++)
+		gpu_free(bufs[b]);
+}
+
+/* An fd the library cannot vouch for passes through to libibverbs, counted, whatever iova says. */
+static void test_dmabuf_unvouched(void)
+{
+	char *a = gpu_alloc(1 << 20), *b = gpu_alloc(1 << 20);
+	uint64_t d0;
+	struct ibv_mr *m;
+	int fd, fd2, forged;
+
+	/* a file that is no dma-buf, given the address of GPU memory as iova */
+	forged = memfd_create("forged-dmabuf", MFD_CLOEXEC);
+	CHECK(forged >= 0 && ftruncate(forged, 1 << 20) == 0, "a forged fd (memfd)");
+	d0 = fcount("dmabuf");
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)a, forged, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m) && fcount("dmabuf") == d0 + 1, "a forged fd passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	/* a dma-buf of a, registered as if it were b's */
+	fd = export_dmabuf(a, 65536);
+	d0 = fcount("dmabuf");
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)b, fd, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m) && fcount("dmabuf") == d0 + 1,
+	      "an fd of one range with another range's iova passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	m = ibv_reg_dmabuf_mr(pd, 65536, 4096, (uintptr_t)a + 65536, fd, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m), "a request past the exported range passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	/* the fd number reused: first by b's dma-buf, then by a file that is no dma-buf */
+	close(fd);
+	fd2 = export_dmabuf(b, 65536);
+	CHECK(fd2 == fd, "the fd number is reused by the next export (%d, %d)", fd, fd2);
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)a, fd2, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m), "the reused number with the old range's iova passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)b, fd2, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(cached(m), "with its own range's iova it is served by the cache");
+	if (m)
+		ibv_dereg_mr(m);
+	close(fd2);
+	close(forged);
+	fd = export_dmabuf(a, 65536); /* recorded, then closed: its number goes to a memfd */
+	close(fd);
+	forged = memfd_create("forged-dmabuf", MFD_CLOEXEC);
+	CHECK(forged == fd, "a memfd takes a closed dma-buf's number (%d, %d)", fd, forged);
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)a, forged, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m), "a closed dma-buf's number on another file passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	close(forged);
+	/* exported before the library watched */
+	m = early_fd < 0 ? NULL
+			 : ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)early_buf, early_fd,
+					     IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m), "a dma-buf exported before the cache existed passes through");
+	if (m)
+		ibv_dereg_mr(m);
+	gpu_free(a);
+	gpu_free(b);
+}
+
+/* Freed memory is released inside its free, dma-buf MRs too; and a dma-buf of the freed memory,
+ * still open, is not vouched for afterwards, even once the address holds new memory. */
+static void test_dmabuf_free(void)
+{
+	char *a = gpu_alloc(1 << 20), *again;
+	struct ibv_mr *m;
+	uint64_t d0;
+	unsigned live0;
+	int fd = export_dmabuf(a, 65536), held = export_dmabuf(a, 65536);
+
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)a, fd, IBV_ACCESS_LOCAL_WRITE);
+	close(fd);
+	CHECK(cached(m) && ibv_dereg_mr(m) == 0, "a dma-buf MR, released: the cache keeps it");
+	live0 = flive(pd);
+	d0 = fcount("dereg");
+	gpu_free(a);
+	CHECK(flive(pd) < live0 && fcount("dereg") > d0,
+	      "the free of its memory deregistered the cached MR before it returned (%u -> %u)",
+	      live0, flive(pd));
+	again = gpu_alloc(1 << 20);
+	m = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)a, held, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(m && fis_mr(m), "a dma-buf of freed memory passes through (the address is %s)",
+	      again == a ? "reused" : "not reused");
+	if (m)
+		ibv_dereg_mr(m);
+	close(held);
+	gpu_free(again);
+}
+
 static void test_compat_1_0(void)
 {
 	struct ibv_mr *(*reg_1_0)(struct ibv_pd *, void *, size_t, int);
@@ -522,6 +713,8 @@ int main(int argc, char **argv)
 		printf("not ok - the fake device did not open\n");
 		return 1;
 	}
+	early_buf = gpu_alloc(1 << 20);
+	early_fd = early_buf ? export_dmabuf(early_buf, 65536) : -1;
 	test_interposed();
 	if (disabled) {
 		test_disabled();
@@ -536,11 +729,17 @@ int main(int argc, char **argv)
 		test_close_device();
 		test_rereg();
 		test_dmabuf();
+		test_dmabuf_nccl();
+		test_dmabuf_unvouched();
+		test_dmabuf_free();
 		test_compat_1_0();
 		test_threads();
 		test_errno_kept();
 		test_fork();
 	}
+	if (early_fd >= 0)
+		close(early_fd);
+	gpu_free(early_buf);
 	left0 = fcount("close_left");
 	CHECK(ibv_dealloc_pd(pd) == 0, "the main PD deallocates while the cache held MRs on it");
 	CHECK(ibv_close_device(ctx) == 0 && fcount("close_left") == left0, "the device closes clean");
