@@ -662,9 +662,7 @@ struct ibv_mr *gdrp_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint
  * (exported by the driver in this process, the same memory still there), the request lies inside
  * it, and iova is the range's own address at offset; then it is ibv_reg_mr of that address, whose
  * MR answers for exactly the same bytes. The shadow's addr is offset, as libibverbs sets a dma-buf
- * MR's. NULL: pass it through (counted). The first call in a process that loaded the driver makes
- * the cache, so that the driver's exports are watched from then on: NCCL's probe of dma-buf
- * support (fd -1) comes before its first export. */
+ * MR's. NULL: pass it through (counted). */
 static __attribute__((noinline)) struct ibv_mr *
 reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, unsigned access)
 {
@@ -672,8 +670,6 @@ reg_dmabuf(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd
 	struct ibv_mr *mr;
 	int saved = errno, rc;
 
-	if (!__atomic_load_n(&cache, __ATOMIC_ACQUIRE) && gdrp_cuda_loaded())
-		pthread_once(&cache_once, cache_create);
 	in_lib++;
 	rc = fd < 0 ? -EBADF : gdr_private_dmabuf_range(fd, &va, &size);
 	in_lib--;
@@ -704,6 +700,11 @@ struct ibv_mr *gdrp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
 	struct ibv_mr *mr = NULL;
 
 	setup();
+	/* The cache (and with it the watch on the driver's exports) from the first call on, whatever
+	 * it asks: NCCL's probe (fd -1, length 0) comes before its first export. */
+	if (!in_lib && !disabled && !__atomic_load_n(&forked, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&cache, __ATOMIC_ACQUIRE) && gdrp_cuda_loaded())
+		pthread_once(&cache_once, cache_create);
 	if (may_cache(pd, len, true, (unsigned)access))
 		mr = reg_dmabuf(pd, offset, len, iova, fd, (unsigned)access);
 	else if (!in_lib)
