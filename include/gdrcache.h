@@ -282,7 +282,10 @@ struct gdr_cache_stats {
 	uint64_t fast_hits;   /* hits served without the cache lock (the last field of 0.1) */
 	/* 0.2 (gdr_cache_get_stats_ex only); fields added later go after these, and only there. */
 	uint64_t exact_mrs;      /* MRs made of exactly one remote-access range (see gdr_reg) */
-	uint64_t exact_replaced; /* entries replaced for holding 32 such MRs */
+	uint64_t exact_replaced; /* entries replaced for holding 32 such MRs, half of them unheld */
+	/* entries a miss's pin overlapped but did not merge, the union being past max_pin_bytes
+	 * (pinned while held, no longer handed out) */
+	uint64_t overlap_split;
 };
 
 /*

@@ -161,7 +161,7 @@ static inline const struct gdr_tag *gdr_entry_tags(const struct gdr_entry *e)
 {
 	return e->ntags > 1 ? e->t.tagv : &e->t.tag0;
 }
-_Static_assert(GDR_EXACT_PER_ENTRY < UINT16_MAX, "nexact fits its field");
+_Static_assert(GDR_EXACT_MAX < UINT16_MAX, "nexact fits its field");
 
 /* A retired record is reused only after this many others were retired after it. */
 #define GDR_REUSE_DELAY 1024
@@ -305,8 +305,8 @@ void gdr_derive_limits(struct gdr_config *cfg, struct gdr_cache_settings *set,
 int gdr_drop_unheld(struct gdr_cache *c);
 int gdr_entry_check(struct gdr_cache *c, struct gdr_entry *e, uint64_t a, uint64_t len, bool all);
 int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n);
-bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
-			  uint64_t a, uint64_t len, bool exact);
+bool gdr_entry_exact_full(struct gdr_cache *c, const struct gdr_entry *e, const struct ibv_pd *pd,
+			  int access, uint64_t a, uint64_t len, bool exact);
 int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, struct ibv_pd *pd,
 		   int access, uint64_t a, uint64_t len, bool exact, struct gdr_region **out);
 /* What a hit and the locked path share. */

@@ -376,16 +376,30 @@ int gdr_entry_add_tags(struct gdr_entry *e, const struct gdr_tag *t, uint32_t n)
 	return 0;
 }
 
-/* Whether taking [a, a+len) exactly from e would make a new exact record past the bound. */
-bool gdr_entry_exact_full(const struct gdr_entry *e, const struct ibv_pd *pd, int access,
-			  uint64_t a, uint64_t len, bool exact)
+/* Whether taking [a, a+len) exactly from e would make a new exact record past the bound: the
+ * entry has GDR_EXACT_PER_ENTRY exact records, or a multiple, and at least half of them nobody
+ * holds (MRs cached for ranges registered before), or GDR_EXACT_MAX. Held ones alone never make it
+ * full: a held registration keeps its record wherever its entry goes, so replacing the entry for
+ * them would only pin its range again, for every GDR_EXACT_PER_ENTRY tensors of an engine that
+ * registers (and holds) an MR per tensor of one allocation. The holds are summed at multiples of
+ * the bound only: a miss costs them once in GDR_EXACT_PER_ENTRY. Under the lock. */
+bool gdr_entry_exact_full(struct gdr_cache *c, const struct gdr_entry *e, const struct ibv_pd *pd,
+			  int access, uint64_t a, uint64_t len, bool exact)
 {
+	unsigned idle = 0;
+
 	if (!exact || e->nexact < GDR_EXACT_PER_ENTRY)
 		return false;
 	for (const struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		if (gdr_record_serves(r, pd, access, a, len, true))
 			return false;
-	return true;
+	if (e->nexact >= GDR_EXACT_MAX)
+		return true;
+	if (e->nexact % GDR_EXACT_PER_ENTRY)
+		return false;
+	for (const struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
+		idle += r->exact && gdr_region_holds(c, r) <= 0;
+	return 2 * idle >= e->nexact;
 }
 
 /* Take a hold on e for [a, a+len), making the record (and the MR) if there is none. exact: the MR

@@ -245,6 +245,7 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		{ "fast_hits", NULL, s->fast_hits },
 		{ "events", NULL, s->events },
 		{ "events_lost", NULL, s->events_lost },
+		{ "overlap_split", NULL, s->overlap_split },
 		/* Past this point the text form has lines of its own (below). */
 		{ "exact_mrs", NULL, exact_mrs },
 		{ "exact_replaced", NULL, exact_replaced },

@@ -20,8 +20,10 @@
  * shared MR of the whole pin does not begin at: such registrations always get an MR of exactly
  * their range, GDR_ACCESS_WIDE_MR or not. */
 #define GDR_IBV_ACCESS_ZERO_BASED 0x20
-/* Exact (remote-access) records an entry keeps before it is replaced. */
+/* Exact (remote-access) records an entry keeps before it is replaced, unless most are held
+ * (gdr_entry_exact_full); and at most, held or not. */
 #define GDR_EXACT_PER_ENTRY 32
+#define GDR_EXACT_MAX 16384
 /* Most CUDA allocations one registration may span (a request over several cuMemMap'ed chunks). */
 #define GDR_MAX_TAGS 64
 #define GDR_MAX_DEVICES 64 /* CUDA devices a cache tells apart */

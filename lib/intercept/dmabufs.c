@@ -35,9 +35,9 @@
 #define GDR_DMABUF_RECS 1024u
 
 struct rec {
-	uint64_t ino, dev, st_size; /* the dma-buf (fstat of its fd at the export); ino 0: free slot */
+	uint64_t ino, dev, st_size; /* the dma-buf (its fd's fstat at the export); ino 0: free */
 	uint64_t va, size;          /* the range exported */
-	uint64_t lo, hi;            /* what a free must touch to end it: the range and its allocation */
+	uint64_t lo, hi; /* what a free must touch to end it: the range and its allocation */
 	uint64_t buffer_id;
 	uint64_t gen; /* the slot's use: a lookup forgets what it found only if it is still that */
 };

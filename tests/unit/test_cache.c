@@ -655,6 +655,43 @@ static void test_remote_access_mr_is_exact(void **state)
 	fake_cuda_free(a);
 }
 
+/* NIXL's shape: many tensors, one after the other, of one allocation larger than max_pin_bytes,
+ * each registered with remote access and held. Pins go by windows of max_pin_bytes, not one a
+ * tensor (their request-sized pins shared pages with the neighbours', and merging each into the
+ * next pinned all before it again); an entry holding its tensors' exact MRs is not replaced every
+ * GDR_EXACT_PER_ENTRY of them (a held record stays where it is: replacing only re-pinned). */
+static void test_tensors_of_one_allocation(void **state)
+{
+	enum { N = 200 };
+	const uint64_t total = 64 * MiB, each = total / N & ~255ull;
+	struct gdr_region *r[N];
+	struct gdr_cache_stats s;
+	uint64_t a, base, len;
+
+	(void)state;
+	assert_int_equal(gdr_cache_destroy(cache), 0);
+	cache = make(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_PIN_BYTES, 1024 * MiB, 0,
+		     4 * MiB);
+	a = fake_cuda_alloc(total);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + i * each), each,
+					 REMOTE, &r[i]),
+				 0);
+		mr_bounds(r[i], &base, &len);
+		assert_int_equal(base, a + i * each);
+		assert_int_equal(len, each);
+	}
+	assert_int_equal(gdr_cache_get_stats_ex(cache, &s, sizeof(s)), 0);
+	/* 16 windows of 4 MiB: a tensor across a window's end pins the two it touches */
+	assert_true(s.pins <= 2 * (total / (4 * MiB)) + 2);
+	assert_int_equal(s.exact_replaced, 0);
+	assert_int_equal(s.exact_mrs, N);
+	assert_int_equal(fake_be.bad_pins, 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdr_dereg(r[i]), 0);
+	fake_cuda_free(a);
+}
+
 /* A zero-based MR is addressed by offsets from the start of its own range: two of different ranges
  * of one allocation are two MRs, each beginning where it was asked, with local access as with
  * remote, GDR_ACCESS_WIDE_MR or not (the pin-wide MR's offset 0 is the allocation's start: a
@@ -704,6 +741,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hit_after_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote_access_mr_is_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_zero_based_and_flush_mr_are_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tensors_of_one_allocation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_va_reuse_is_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_freed_buffer_not_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_stale_entry_detached, setup, teardown),
