@@ -16,9 +16,12 @@
  *    it) or, after fake_ibv_set_rereg(0), as rxe and siw do (IBV_REREG_MR_ERR_CMD, EOPNOTSUPP);
  *  - fork() at any time: its one lock is taken around it (pthread_atfork), as a program that
  *    forks while other threads register needs of a real libibverbs;
- *  - today's rdma-core nodes (fake_ibverbs_new.map): ibv_reg_mr_ex (IBVERBS_1.15), ibv_alloc_buf,
- *    ibv_free_buf, ibv_reg_buf_mr (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the
- *    PLT as in rdma-core. Built with FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's;
+ *  - the rest of what NCCL resolves (preload/nccl_verbs.h), so that its loader finds every verb:
+ *    one active port, no CQ or QP (creation refused), no ECE (IBVERBS_1.10);
+ *  - today's rdma-core nodes (fake_ibverbs_new.map): ibv_reg_mr_ex (IBVERBS_1.15),
+ *    ibv_query_port_speed (IBVERBS_1.16), ibv_alloc_buf, ibv_free_buf, ibv_reg_buf_mr
+ *    (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the PLT as in rdma-core. Built with
+ *    FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's;
  *  - a freed PD's address is handed out again at once (pd_pool), and a test may run code of its own
  *    at two points (fake_ibv_set_hooks): once ibv_dealloc_pd has freed a PD (before it returns),
  *    and as ibv_rereg_mr starts, for an interleaving with another thread's call.
@@ -137,6 +140,26 @@ EXPORT int fake_ibv_mr_info(const struct ibv_mr *mr, int *access, uint64_t *iova
 		if (&m->mr == mr) {
 			*access = m->access;
 			*iova = m->iova;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* The iova, length and access of the live MR whose lkey is lkey (a shadow's MR is found by the
+ * keys it carries); -ENOENT if none. */
+EXPORT int fake_ibv_mr_by_lkey(uint32_t lkey, uint64_t *iova, uint64_t *len, int *access)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&lock);
+	for (struct fake_mr *m = mrs; m; m = m->next) {
+		if (m->mr.lkey == lkey) {
+			*iova = m->iova;
+			*len = m->mr.length;
+			*access = m->access;
 			rc = 0;
 			break;
 		}
@@ -363,7 +386,7 @@ struct ibv_mr *fake_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len
 	}
 	mr = ibv_reg_mr_iova2(pd, (void *)(uintptr_t)offset, len, iova, (unsigned)access);
 	if (mr)
-		mr->addr = (void *)(uintptr_t)iova;
+		mr->addr = (void *)(uintptr_t)offset; /* as rdma-core sets a dma-buf MR's */
 	return mr;
 }
 
@@ -437,7 +460,137 @@ int fake_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, s
 	return 0;
 }
 
-/* ---- Today's rdma-core: IBVERBS_1.15, IBVERBS_1.17 ------------------------------------------- */
+/* ---- The rest of NCCL's table (preload/nccl_verbs.h): one port, no queues -------------------- */
+
+VERSIONED("ibv_fork_init@@IBVERBS_1.1")
+int fake_fork_init(void)
+{
+	return 0;
+}
+
+/* No event is ever pending: the answer of a non-blocking async_fd. */
+VERSIONED("ibv_get_async_event@@IBVERBS_1.1")
+int fake_get_async_event(struct ibv_context *c, struct ibv_async_event *e)
+{
+	(void)c, (void)e;
+	errno = EAGAIN;
+	return -1;
+}
+
+VERSIONED("ibv_ack_async_event@@IBVERBS_1.1")
+void fake_ack_async_event(struct ibv_async_event *e)
+{
+	(void)e;
+}
+
+VERSIONED("ibv_event_type_str@@IBVERBS_1.1")
+const char *fake_event_type_str(enum ibv_event_type t)
+{
+	(void)t;
+	return "fake event";
+}
+
+VERSIONED("ibv_query_device@@IBVERBS_1.1")
+int fake_query_device(struct ibv_context *c, struct ibv_device_attr *a)
+{
+	(void)c;
+	memset(a, 0, sizeof(*a));
+	strcpy(a->fw_ver, "fake");
+	a->max_mr_size = UINT64_MAX;
+	a->max_pd = sizeof(pd_pool) / sizeof(pd_pool[0]);
+	a->phys_port_cnt = 1;
+	return 0;
+}
+
+VERSIONED("ibv_query_port@@IBVERBS_1.1")
+int fake_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a)
+{
+	(void)c;
+	if (port != 1)
+		return EINVAL;
+	memset(a, 0, sizeof(*a));
+	a->state = IBV_PORT_ACTIVE;
+	a->max_mtu = a->active_mtu = IBV_MTU_4096;
+	a->gid_tbl_len = 1;
+	a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+	return 0;
+}
+
+VERSIONED("ibv_query_gid@@IBVERBS_1.1")
+int fake_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
+{
+	(void)c;
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(gid, 0, sizeof(*gid));
+	return 0;
+}
+
+/* The fake device makes no CQ or QP: creation is refused, and nothing is one. */
+VERSIONED("ibv_create_cq@@IBVERBS_1.1")
+struct ibv_cq *fake_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+			      struct ibv_comp_channel *channel, int comp_vector)
+{
+	(void)c, (void)cqe, (void)cq_context, (void)channel, (void)comp_vector;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+VERSIONED("ibv_destroy_cq@@IBVERBS_1.1")
+int fake_destroy_cq(struct ibv_cq *cq)
+{
+	(void)cq;
+	return EINVAL;
+}
+
+VERSIONED("ibv_create_qp@@IBVERBS_1.1")
+struct ibv_qp *fake_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	(void)pd, (void)attr;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+VERSIONED("ibv_query_qp@@IBVERBS_1.1")
+int fake_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+		  struct ibv_qp_init_attr *init)
+{
+	(void)qp, (void)attr, (void)mask, (void)init;
+	return EINVAL;
+}
+
+VERSIONED("ibv_modify_qp@@IBVERBS_1.1")
+int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	(void)qp, (void)attr, (void)mask;
+	return EINVAL;
+}
+
+VERSIONED("ibv_destroy_qp@@IBVERBS_1.1")
+int fake_destroy_qp(struct ibv_qp *qp)
+{
+	(void)qp;
+	return EINVAL;
+}
+
+/* A provider without ECE, as libibverbs answers for one (IBVERBS_1.10). */
+VERSIONED("ibv_query_ece@@IBVERBS_1.10")
+int fake_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+VERSIONED("ibv_set_ece@@IBVERBS_1.10")
+int fake_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+/* ---- Today's rdma-core: IBVERBS_1.15, IBVERBS_1.16, IBVERBS_1.17 ----------------------------- */
 #ifndef FAKE_RDMA_CORE_44
 /* rdma-core's struct ibv_mr_init_attr and its mask bits (verbs.h of rdma-core 58 and later). */
 struct fake_mr_init_attr {
@@ -502,6 +655,17 @@ struct ibv_mr *fake_reg_mr_ex(struct ibv_pd *pd, struct fake_mr_init_attr *a)
 	}
 	return mr_new(pd, a->addr, a->length, m & M_IOVA ? a->iova : (uintptr_t)a->addr,
 		      (unsigned)a->access);
+}
+
+/* The port's effective speed in units of 100 Mb/s: 400 Gb/s. */
+VERSIONED("ibv_query_port_speed@@IBVERBS_1.16")
+int fake_query_port_speed(struct ibv_context *c, uint32_t port, uint64_t *speed)
+{
+	(void)c;
+	if (port != 1)
+		return EINVAL;
+	*speed = 4000;
+	return 0;
 }
 
 /* Provider memory: here plain pages. */
