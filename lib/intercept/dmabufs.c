@@ -15,9 +15,10 @@
  * that is no dma-buf) is not found and passes through.
  *
  * The records are a ring of GDR_DMABUF_RECS, newest first when looked up (NCCL registers the fd it
- * just exported); the oldest is forgotten when a new one needs its slot, so their memory is fixed
- * and a program exporting without end costs nothing more. A registration whose record went passes
- * through, which is always right. A free scans them (only while any is held).
+ * just exported), each trusted for gdr_dmabufs_ttl_ns; the oldest is forgotten when a new one needs
+ * its slot, so their memory is fixed and a program exporting without end costs nothing more. A
+ * registration whose record went passes through, which is always right. A free scans them (only
+ * while any is held).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +26,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/defs.h"
 #include "cuda/cuda.h"
@@ -39,8 +41,24 @@ struct rec {
 	uint64_t va, size;          /* the range exported */
 	uint64_t lo, hi; /* what a free must touch to end it: the range and its allocation */
 	uint64_t buffer_id;
-	uint64_t gen; /* the slot's use: a lookup forgets what it found only if it is still that */
+	uint64_t gen;  /* the slot's use: a lookup forgets what it found only if it is still that */
+	uint64_t t_ns; /* when it was recorded (CLOCK_MONOTONIC) */
 };
+
+/* How long a record is trusted. The inode number that identifies a dma-buf is unique among open
+ * files, but the kernel's counter for pseudo files (pipes, sockets, anonymous inodes) wraps at
+ * 2^32: once this dma-buf is closed, a much later one (another process's, passed to this one) could
+ * carry its number and size. Within a minute of the export no counter wraps; registrations come
+ * right after the export (NCCL, UCX, NIXL: then the fd is closed). */
+uint64_t gdr_dmabufs_ttl_ns = 60ull * 1000000000;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+}
 
 static struct {
 	pthread_mutex_t lock;
@@ -113,6 +131,7 @@ void gdr_dmabufs_exported(int fd, uint64_t va, uint64_t size, uint64_t id0)
 								      : va + size,
 		.buffer_id = id0,
 		.gen = ++t.gen,
+		.t_ns = now_ns(),
 	};
 	__atomic_store_n(&t.live, t.live + 1, __ATOMIC_RELAXED);
 	t.n.recorded++;
@@ -164,8 +183,8 @@ int gdr_dmabufs_lookup(int fd, uint64_t *va, uint64_t *size)
 	pthread_mutex_unlock(&t.lock);
 	if (!found.ino)
 		return -ENOENT;
-	if (found.st_size == (uint64_t)st.st_size && !gdr_cuda_buffer_id(found.va, &id) &&
-	    id == found.buffer_id) {
+	if (found.st_size == (uint64_t)st.st_size && now_ns() - found.t_ns <= gdr_dmabufs_ttl_ns &&
+	    !gdr_cuda_buffer_id(found.va, &id) && id == found.buffer_id) {
 		pthread_mutex_lock(&t.lock);
 		t.n.vouched++;
 		pthread_mutex_unlock(&t.lock);

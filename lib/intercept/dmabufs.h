@@ -24,8 +24,10 @@ GDR_HIDDEN void gdr_dmabufs_drop(uint64_t start, uint64_t len);
  * one exported (BUFFER_ID), and the free events proven. 0, or -ENOSYS (no free events: nothing is
  * vouched for), -EBADF (fd is no open file), -ENOENT (no dma-buf this process's driver exported
  * since the library's interception began: another driver's, another process's, an earlier one's),
- * -ESTALE (the memory it was exported from is gone: the record is forgotten). */
+ * -ESTALE (the memory it was exported from is gone, or the record is too old: forgotten). */
 GDR_HIDDEN int gdr_dmabufs_lookup(int fd, uint64_t *va, uint64_t *size);
+/* How long after its export a record is trusted (dmabufs.c says why); a seam for the tests. */
+extern GDR_HIDDEN uint64_t gdr_dmabufs_ttl_ns;
 /* Counters: recorded, vouched for, refused as stale, forgotten on a free, evicted, held now. */
 struct gdr_dmabufs_counts {
 	uint64_t recorded, vouched, stale, dropped, evicted, live;
