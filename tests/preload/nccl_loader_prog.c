@@ -33,13 +33,11 @@
 #include <string.h>
 
 #include "check.h"
-#include "nccl_verbs.h"
+#include "nccl_table.h"
 
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
 int cuMemFree_v2(uint64_t p);
-
-enum { OPTIONAL, REQUIRED };
 
 struct row {
 	const char *name, *version;
@@ -51,9 +49,6 @@ struct row {
 #define ROW(name, version, kind) { #name, version, kind, NULL, NULL },
 static struct row rows[] = { GDRP_NCCL_VERBS(ROW) };
 #undef ROW
-#define IDX(name, version, kind) R_##name,
-enum { GDRP_NCCL_VERBS(IDX) R_N };
-#undef IDX
 
 /* NCCL's rows among the preload's entry points (libgdrcache-preload.map; preload_binding checks
  * its exports): through the preload, these are its own. */
@@ -65,22 +60,7 @@ static const char *const preload_defines[] = {
 static bool use_dlsym, via_preload;
 
 /* NCCL's table, as far as this test uses it. */
-static struct {
-	struct ibv_device **(*get_device_list)(int *);
-	void (*free_device_list)(struct ibv_device **);
-	const char *(*get_device_name)(struct ibv_device *);
-	struct ibv_context *(*open_device)(struct ibv_device *);
-	int (*close_device)(struct ibv_context *);
-	int (*query_device)(struct ibv_context *, struct ibv_device_attr *);
-	int (*query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *);
-	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
-	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
-	int (*dealloc_pd)(struct ibv_pd *);
-	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
-	struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
-	int (*dereg_mr)(struct ibv_mr *);
-	const char *(*event_type_str)(enum ibv_event_type);
-} v;
+static struct nccl_table v;
 
 /* The fake libibverbs' counters (FAKE_IBVERBS), found through the loader's handle. */
 static uint64_t (*fcount)(const char *);
@@ -151,20 +131,7 @@ static void check_row(struct row *r)
 
 static void setup_table(void)
 {
-	*(void **)&v.get_device_list = rows[R_ibv_get_device_list].got;
-	*(void **)&v.free_device_list = rows[R_ibv_free_device_list].got;
-	*(void **)&v.get_device_name = rows[R_ibv_get_device_name].got;
-	*(void **)&v.open_device = rows[R_ibv_open_device].got;
-	*(void **)&v.close_device = rows[R_ibv_close_device].got;
-	*(void **)&v.query_device = rows[R_ibv_query_device].got;
-	*(void **)&v.query_port = rows[R_ibv_query_port].got;
-	*(void **)&v.query_gid = rows[R_ibv_query_gid].got;
-	*(void **)&v.alloc_pd = rows[R_ibv_alloc_pd].got;
-	*(void **)&v.dealloc_pd = rows[R_ibv_dealloc_pd].got;
-	*(void **)&v.reg_mr = rows[R_ibv_reg_mr].got;
-	*(void **)&v.reg_mr_iova2 = rows[R_ibv_reg_mr_iova2].got;
-	*(void **)&v.dereg_mr = rows[R_ibv_dereg_mr].got;
-	*(void **)&v.event_type_str = rows[R_ibv_event_type_str].got;
+	NCCL_TABLE_FILL(v, rows, got);
 }
 
 /* The verbs at work over the fake libibverbs and the fake CUDA driver. */
@@ -199,8 +166,8 @@ static void use_verbs(void *h)
 		return;
 	}
 	CHECK(v.query_device(ctx, &dattr) == 0 && dattr.phys_port_cnt == 1 &&
-	      v.query_port(ctx, 1, &pattr) == 0 && pattr.state == IBV_PORT_ACTIVE &&
-	      v.query_gid(ctx, 1, 0, &gid) == 0 && v.event_type_str(IBV_EVENT_PORT_ACTIVE),
+		      v.query_port(ctx, 1, &pattr) == 0 && pattr.state == IBV_PORT_ACTIVE &&
+		      v.query_gid(ctx, 1, 0, &gid) == 0 && v.event_type_str(IBV_EVENT_PORT_ACTIVE),
 	      "ibv_query_device, _port, _gid, ibv_event_type_str: the fake's answers");
 	pd = v.alloc_pd(ctx);
 	cuMemAlloc_v2(&g, 65536);
@@ -214,19 +181,19 @@ static void use_verbs(void *h)
 	bad0 = fcount("dereg_bad");
 	hmr = v.reg_mr(pd, host, 8192, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(hmr && fis_mr(hmr) && hmr->addr == host && hmr->length == 8192 && hmr->pd == pd &&
-	      fcount("reg") == reg0 + 1,
+		      fcount("reg") == reg0 + 1,
 	      "host memory: libibverbs' own MR, one registration");
 	gmr = v.reg_mr(pd, gpu, 4096, IBV_ACCESS_LOCAL_WRITE);
 	gmr2 = v.reg_mr_iova2(pd, gpu, 4096, (uintptr_t)gpu, IBV_ACCESS_LOCAL_WRITE);
 	if (via_preload)
 		CHECK(gmr && gmr2 && !fis_mr(gmr) && !fis_mr(gmr2) && gmr->lkey == gmr2->lkey &&
-		      gmr->addr == gpu && fcount("reg") == reg0 + 2,
+			      gmr->addr == gpu && fcount("reg") == reg0 + 2,
 		      "GPU buffer, ibv_reg_mr and ibv_reg_mr_iova2: shadows of one cached MR");
 	else
 		CHECK(gmr && gmr2 && fis_mr(gmr) && fis_mr(gmr2) && fcount("reg") == reg0 + 3,
 		      "GPU buffer, ibv_reg_mr and ibv_reg_mr_iova2: libibverbs' own MRs");
 	CHECK(hmr && v.dereg_mr(hmr) == 0 && gmr && v.dereg_mr(gmr) == 0 && gmr2 &&
-	      v.dereg_mr(gmr2) == 0 && fcount("dereg_bad") == bad0,
+		      v.dereg_mr(gmr2) == 0 && fcount("dereg_bad") == bad0,
 	      "every release returns 0; no shadow reached libibverbs' ibv_dereg_mr");
 	CHECK(v.dealloc_pd(pd) == 0, "ibv_dealloc_pd: 0");
 	CHECK(v.close_device(ctx) == 0, "ibv_close_device: 0");
