@@ -549,6 +549,12 @@ static void *busy_workers(void *arg)
 static void test_fork_while_registering(void **state)
 {
 	(void)state;
+	/* TSan's runtime (GCC 12's) does not lock its own allocator around fork(): a child forked
+	 * while a worker frees hangs in free() on the lock that worker held (seen: gdr_cache_destroy
+	 * -> gdr_thr_cache_fini -> free -> DenseSlabAlloc::Drain, 3 children in 9 loaded runs). The
+	 * plain, ASan and qemu builds run it. */
+	if (TSAN_BUILD)
+		skip();
 
 	setenv("GDRCACHE_BACKEND", "dmabuf", 1);
 	assert_int_equal(gdr_cache_create(NULL, &busy_c), 0);
