@@ -242,7 +242,7 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
  *    start) the request touches. Tensors registered one after the other then cost a pin a window,
  *    not a pin a tensor: their request-sized pins share pages with their neighbours', and merging
  *    each into the next re-pinned everything before it (1,000 tensors of one 1 GiB allocation,
- *    fake driver, max_pin_bytes 256 MiB: 3,520 pins, 67 GB pinned in all; windows: 8 pins). */
+ *    fake driver, max_pin_bytes 256 MiB: 3,520 pins, 67 GB pinned in all; windows: 6 pins). */
 #define PIN_WHOLE_AFTER 2
 static void pin_extent(struct gdr_cache *c, uint64_t a, uint64_t len, uint64_t lo, uint64_t hi,
 		       const struct gdr_tag *tags, uint64_t *base, uint64_t *end)
@@ -265,13 +265,10 @@ static void pin_extent(struct gdr_cache *c, uint64_t a, uint64_t len, uint64_t l
 	*end = GDR_ALIGN_UP(a + len);
 	if (misses >= PIN_WHOLE_AFTER && size > c->cfg.max_pin_bytes) {
 		uint64_t w = GDR_ALIGN_UP(c->cfg.max_pin_bytes), wlo = GDR_ALIGN_DOWN(lo);
-		uint64_t wb = wlo + (*base - wlo) / w * w;
 		uint64_t we = wlo + (*end - wlo + w - 1) / w * w;
 
-		if (wb >= wlo && we > wb) {
-			*base = wb;
-			*end = we < GDR_ALIGN_UP(hi) ? we : GDR_ALIGN_UP(hi);
-		}
+		*base = wlo + (*base - wlo) / w * w;
+		*end = we < GDR_ALIGN_UP(hi) ? we : GDR_ALIGN_UP(hi);
 	}
 	return;
 whole:
@@ -331,10 +328,8 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 		rc = gdr_entry_add_tags(e, gdr_entry_tags(o), o->ntags);
 		if (rc)
 			goto err_free;
-		if (o->pin.base < base)
-			base = o->pin.base;
-		if (o->pin.base + o->pin.len > end)
-			end = o->pin.base + o->pin.len;
+		base = ub;
+		end = ue;
 		c->st.overlap_merged++;
 		gdr_entry_drop(c, o);
 		i = gdr_index_lower(&c->index, base);

@@ -46,7 +46,5 @@ int gdr_private_stats_on_signal(void (*fn)(const char *why));
  * fd, vouched for (lib/intercept/dmabufs.h, gdr_dmabufs_lookup): 0, or -ENOSYS, -EBADF, -ENOENT,
  * -ESTALE. */
 int gdr_private_dmabuf_range(int fd, uint64_t *va, uint64_t *size);
-/* The dma-buf records' counters: recorded, vouched, stale, dropped, evicted, live (n of them). */
-void gdr_private_dmabuf_counts(uint64_t *v, unsigned n);
 
 #endif /* GDRCACHE_PRIVATE_H */

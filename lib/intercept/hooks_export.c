@@ -56,17 +56,3 @@ int gdr_private_dmabuf_range(int fd, uint64_t *va, uint64_t *size)
 {
 	return gdr_dmabufs_lookup(fd, va, size);
 }
-
-/* gdr_dmabufs_counts, as up to n numbers in struct gdr_dmabufs_counts' order. */
-GDR_EXPORT void gdr_private_dmabuf_counts(uint64_t *v, unsigned n);
-void gdr_private_dmabuf_counts(uint64_t *v, unsigned n)
-{
-	struct gdr_dmabufs_counts c;
-	uint64_t w[6];
-
-	gdr_dmabufs_counts(&c);
-	w[0] = c.recorded, w[1] = c.vouched, w[2] = c.stale, w[3] = c.dropped, w[4] = c.evicted;
-	w[5] = c.live;
-	for (unsigned i = 0; i < n && i < 6; i++)
-		v[i] = w[i];
-}
