@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "owner.h"
 
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
@@ -68,17 +69,6 @@ static struct {
 static uint64_t (*fcount)(const char *);
 static int (*fis_mr)(const struct ibv_mr *);
 
-/* Which object defines fn: 'p' the preload, 'v' libibverbs (the fake), '?' other or none. */
-static char owner(void *fn)
-{
-	Dl_info info = { 0 };
-
-	if (!fn || !dladdr(fn, &info) || !info.dli_fname)
-		return '?';
-	if (strstr(info.dli_fname, "libgdrcache-preload"))
-		return 'p';
-	return strstr(info.dli_fname, "libibverbs") ? 'v' : '?';
-}
 
 static bool resolve(void *h)
 {

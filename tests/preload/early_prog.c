@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "owner.h"
 
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
@@ -43,17 +44,6 @@ int early_lib_verbs(struct verbs *early, void **handle);
 
 static struct verbs early;
 static void *early_handle;
-
-static char owner(void *fn)
-{
-	Dl_info info = { 0 };
-
-	if (!fn || !dladdr(fn, &info) || !info.dli_fname)
-		return '?';
-	if (strstr(info.dli_fname, "libgdrcache-preload"))
-		return 'p';
-	return strstr(info.dli_fname, "libibverbs") ? 'v' : '?';
-}
 
 /* Two registrations of one GPU buffer through v; whether they were cached. */
 static void use(const char *what, struct verbs *v, int want_cached)

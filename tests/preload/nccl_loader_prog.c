@@ -34,6 +34,7 @@
 
 #include "check.h"
 #include "nccl_table.h"
+#include "owner.h"
 
 int cuInit(unsigned int flags);
 int cuMemAlloc_v2(uint64_t *p, size_t size);
@@ -66,17 +67,6 @@ static struct nccl_table v;
 static uint64_t (*fcount)(const char *);
 static int (*fis_mr)(const struct ibv_mr *);
 
-/* Which object defines fn: 'p' the preload, 'v' libibverbs, '?' another or none. */
-static char owner(const void *fn)
-{
-	Dl_info info = { 0 };
-
-	if (!fn || !dladdr(fn, &info) || !info.dli_fname)
-		return '?';
-	if (strstr(info.dli_fname, "libgdrcache-preload"))
-		return 'p';
-	return strstr(info.dli_fname, "libibverbs") ? 'v' : '?';
-}
 
 static bool preload_defines_row(const char *name)
 {
