@@ -127,6 +127,13 @@ static inline bool gdr_region_aligned(const struct gdr_region *r)
 	return ((uintptr_t)r & (sizeof(*r) - 1)) == 0;
 }
 
+/* The arenas of the live caches (record.c): an open-addressed table of their base addresses,
+ * written under a lock at create and destroy, read without one. 0: never used; 1 (no arena is
+ * at 1): an arena was there. At most GDR_ARENAS caches live at once. */
+#define GDR_ARENAS 4096u
+#define GDR_ARENA_GONE ((uintptr_t)1)
+extern GDR_HIDDEN uintptr_t gdr_arenas[GDR_ARENAS];
+
 /* Whether r is handed out: a gdr_dereg of it is accepted (LIVE, or DYING). */
 static inline bool gdr_region_handed(const struct gdr_region *r)
 {
@@ -199,7 +206,8 @@ struct gdr_cache {
 	struct gdr_entry *dying;             /* utlist DL: out of the index, holds not yet final */
 	bool dying_unsynced;      /* one of them was marked dying since the last grace period */
 	struct gdr_entry *taking; /* being handed out under the lock: not to be evicted */
-	uint32_t slot_next;       /* records made: rec_base[1 .. slot_next) */
+	uint32_t slot_next;       /* records made: rec_base[1 .. slot_next); read without the
+				     lock (gdr_rec_cache_checked) */
 	size_t rec_mapped;        /* bytes of the records' array made usable */
 	struct gdr_region *reuse_head, *reuse_tail; /* retired records, oldest first (FIFO) */
 	uint32_t reuse_len;
@@ -229,6 +237,30 @@ struct gdr_cache {
 	 * slot (thread.c), a chunk allocated with the first thread's counters of it. */
 	int64_t *released[GDR_SLOT_CHUNKS];
 };
+
+/* r's cache if r is a record a live cache made, else NULL; nothing at r is read before its arena
+ * is found to be a live cache's and its slot one that cache made (the arena's unmade slots are
+ * PROT_NONE, and the memory around a pointer gdr_reg never returned may be unmapped: issue 31 #3).
+ * A few loads, usually the table's first probe: the hit path and every accessor ask. */
+static inline struct gdr_cache *gdr_rec_cache_checked(const struct gdr_region *r)
+{
+	uintptr_t a = gdr_rec_arena(r), v;
+	uint32_t i = (uint32_t)(a / GDR_REC_ARENA) % GDR_ARENAS, slot = gdr_rec_slot(r);
+
+	for (uint32_t n = 0; n < GDR_ARENAS; n++, i = (i + 1) % GDR_ARENAS) {
+		v = __atomic_load_n(&gdr_arenas[i], __ATOMIC_ACQUIRE);
+		if (v == a) {
+			struct gdr_cache *c = gdr_rec_cache(r);
+
+			return slot && slot < __atomic_load_n(&c->slot_next, __ATOMIC_ACQUIRE)
+				       ? c
+				       : NULL;
+		}
+		if (!v)
+			break;
+	}
+	return NULL;
+}
 
 /* thread.h's gdr_thr_find: this thread's record for c, or NULL (no record yet). */
 static inline struct gdr_thr *gdr_thr_find(struct gdr_cache *c)

@@ -35,6 +35,51 @@ void gdr_record_free(struct gdr_cache *c, struct gdr_region *r)
  * time as records are made, given back at destroy. Record n is slot n, so that a slot number in
  * the index's hash is the record's address (index.h), and no record ever moves or is freed while
  * the cache lives. Slot 0 holds the cache's address: a record's cache is read from its arena. */
+uintptr_t gdr_arenas[GDR_ARENAS];
+static pthread_mutex_t arenas_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The table's home slot of arena a, as gdr_rec_cache_checked probes from it. */
+static uint32_t arena_home(uintptr_t a)
+{
+	return (uint32_t)(a / GDR_REC_ARENA) % GDR_ARENAS;
+}
+
+/* Enter arena a in the table: a slot no arena ever had, or one an arena left. -ENOSPC: full. */
+static int arena_add(uintptr_t a)
+{
+	uint32_t i = arena_home(a);
+	int rc = -ENOSPC;
+
+	pthread_mutex_lock(&arenas_lock);
+	for (uint32_t n = 0; n < GDR_ARENAS; n++, i = (i + 1) % GDR_ARENAS) {
+		uintptr_t v = gdr_arenas[i];
+
+		if (!v || v == GDR_ARENA_GONE) {
+			__atomic_store_n(&gdr_arenas[i], a,
+					 __ATOMIC_RELEASE); /* its head written */
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&arenas_lock);
+	return rc;
+}
+
+/* Take arena a out: its slot says GONE, so that probes for arenas entered after it go on. */
+static void arena_remove(uintptr_t a)
+{
+	uint32_t i = arena_home(a);
+
+	pthread_mutex_lock(&arenas_lock);
+	for (uint32_t n = 0; n < GDR_ARENAS && gdr_arenas[i]; n++, i = (i + 1) % GDR_ARENAS) {
+		if (gdr_arenas[i] == a) {
+			__atomic_store_n(&gdr_arenas[i], GDR_ARENA_GONE, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&arenas_lock);
+}
+
 int gdr_records_init(struct gdr_cache *c)
 {
 	size_t size = GDR_REC_ARENA, head;
@@ -61,13 +106,21 @@ int gdr_records_init(struct gdr_cache *c)
 	((struct gdr_rec_head *)(void *)p)->cache = c;
 	c->rec_mapped = GDR_REC_MAP_STEP;
 	c->slot_next = 1;
+	if (arena_add((uintptr_t)p)) {
+		gdr_err("more than %u caches at once: no cache is created", GDR_ARENAS);
+		munmap(p, size);
+		c->rec_base = NULL;
+		return -ENOSPC;
+	}
 	return 0;
 }
 
 void gdr_records_fini(struct gdr_cache *c)
 {
-	if (c->rec_base)
+	if (c->rec_base) {
+		arena_remove((uintptr_t)c->rec_base);
 		munmap(c->rec_base, GDR_REC_ARENA);
+	}
 	c->rec_base = NULL;
 }
 
@@ -102,7 +155,7 @@ static int record_alloc(struct gdr_cache *c, struct gdr_region **out)
 		c->rec_mapped = end;
 	}
 	r = &c->rec_base[slot]; /* zeroed: fresh anonymous memory */
-	c->slot_next++;
+	__atomic_store_n(&c->slot_next, slot + 1, __ATOMIC_RELEASE); /* its page made first */
 	*out = r;
 	return 0;
 }

@@ -604,7 +604,12 @@ GDR_EXPORT int gdr_dereg(struct gdr_region *r)
 		return -EINVAL;
 	}
 	/* Records are never freed while their cache lives: reading a released one is safe. */
-	c = gdr_rec_cache(r);
+	c = gdr_rec_cache_checked(r);
+	if (__builtin_expect(!c, 0)) {
+		gdr_err("region %p is no registration of a live cache (never handed out)",
+			(void *)r);
+		return -EINVAL;
+	}
 	if (__builtin_expect(!r->entry, 0)) {
 		if (!gdr_region_handed(r))
 			goto released;

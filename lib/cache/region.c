@@ -26,7 +26,8 @@ static inline __attribute__((always_inline)) bool held(const struct gdr_region *
 {
 	/* A cached record's holds are spread over per-thread counters (thread.c): only its life is
 	 * checked here. Records stay readable while their cache lives (record.c). */
-	if (__builtin_expect(!r || !gdr_region_aligned(r) || !gdr_region_handed(r) ||
+	if (__builtin_expect(!r || !gdr_region_aligned(r) || !gdr_rec_cache_checked(r) ||
+				     !gdr_region_handed(r) ||
 				     (!r->entry && !__atomic_load_n(&r->used, __ATOMIC_RELAXED)),
 			     0))
 		return not_held(r);

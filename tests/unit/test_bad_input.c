@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -54,10 +55,10 @@ static void test_cross_thread_double_dereg(void **state)
 	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
 	assert_int_equal(dereg_on_other_thread(r), 0); /* the one legitimate release */
-	assert_int_equal(gdr_dereg(r), -EINVAL);        /* a second release: must be refused */
+	assert_int_equal(gdr_dereg(r), -EINVAL);       /* a second release: must be refused */
 	/* Whatever the answer above, a new registration must be held. */
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r2), 0);
-	assert_int_equal(gdr_cache_flush(c), 0);        /* held: nothing to drop */
+	assert_int_equal(gdr_cache_flush(c), 0); /* held: nothing to drop */
 	assert_true(fake_backend_pin_current(r2, a, 64));
 	assert_int_equal(gdr_cache_destroy(c), -EBUSY);
 	assert_int_equal(gdr_dereg(r2), 0);
@@ -80,7 +81,7 @@ static void test_cross_thread_double_dereg_keeps_holds(void **state)
 	assert_int_equal(dereg_on_other_thread(r), 0);
 	(void)gdr_dereg(r); /* bad input: the answer is test_cross_thread_double_dereg's concern */
 	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r2), 0);
-	assert_int_equal(gdr_cache_flush(c), 0);  /* r2 is held: nothing may be unpinned */
+	assert_int_equal(gdr_cache_flush(c), 0); /* r2 is held: nothing may be unpinned */
 	assert_int_equal(fake_be.unpins, 0);
 	assert_true(fake_backend_pin_current(r2, a, 64));
 	assert_int_equal(gdr_cache_destroy(c), -EBUSY);
@@ -271,7 +272,7 @@ static void test_dereg_inside_record_refused(void **state)
 			 0);
 	forged = (struct gdr_region *)((char *)r + 24);
 	assert_int_equal(gdr_dereg(forged), -EINVAL); /* never handed out */
-	assert_int_equal(gdr_cache_flush(c), 0);       /* r is still held */
+	assert_int_equal(gdr_cache_flush(c), 0);      /* r is still held */
 	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(gdr_cache_flush(c), 1);
 	assert_int_equal(gdr_cache_destroy(c), 0);
@@ -320,6 +321,87 @@ static void test_dereg_misaligned_refused(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* Where each pointer of test_dereg_foreign_pointer_refused points. */
+enum foreign { FOREIGN_COPY, FOREIGN_ZERO, FOREIGN_UNMADE_SLOT, FOREIGN_DESTROYED, FOREIGN_N };
+static const char *const foreign_name[FOREIGN_N] = {
+	"a copy of a live record in the caller's memory",
+	"zeroed caller memory",
+	"a slot of a live cache's arena that no record was made in",
+	"a record of a destroyed cache",
+};
+
+/* gdr_dereg and the accessors of 64-byte-aligned pointers gdr_reg never returned (issue 31 #3):
+ * the header promises -EINVAL. The old gdr_dereg read the 32 MiB-aligned address below the pointer
+ * (where a record's arena keeps its cache) before any check: SIGSEGV wherever nothing is mapped
+ * there, as here, where the caller's page is alone in its 32 MiB. Each pointer in a child of its
+ * own, with a deadline: a crash or a hang is a failure, named. */
+static void test_dereg_foreign_pointer_refused(void **state)
+{
+	const size_t arena = 32 * MiB;
+	struct gdr_cache *c;
+	struct gdr_region *r;
+	uint64_t a = fake_cuda_alloc(2 * MiB);
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale(); /* GDR_TEST_WAIT_SCALE */
+	char *res, *page;
+	int st, bad = 0;
+
+	(void)state;
+	/* One page 1 MiB above a 32 MiB boundary, nothing else mapped in that 32 MiB. */
+	res = mmap(NULL, 2 * arena, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	assert_true(res != MAP_FAILED);
+	page = (char *)(((uintptr_t)res + arena - 1) & ~(uintptr_t)(arena - 1)) + MiB;
+	assert_int_equal(munmap(res, 2 * arena), 0);
+	assert_true(mmap(page, 4096, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == page);
+	assert_int_equal(fake_cache_create(NULL, &fake_backend_ops, &c), 0);
+	assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 64, 0, &r), 0);
+	for (int k = 0; k < FOREIGN_N; k++) {
+		pid_t pid;
+
+		fflush(NULL);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (!pid) {
+			struct gdr_region *p = (struct gdr_region *)(void *)page;
+			struct gdr_cache *c2;
+			struct ibv_mr *mr;
+			uint64_t b, l;
+			bool ok;
+
+			alarm(alarm_s); /* a hang is a failure */
+			signal(SIGSEGV, SIG_DFL); /* a crash is seen as one, not as cmocka's report */
+			signal(SIGBUS, SIG_DFL);
+			if (k == FOREIGN_COPY)
+				memcpy(page, r, 64); /* "live" magic, an entry, a cache's fields */
+			else if (k == FOREIGN_UNMADE_SLOT)
+				/* 512 KiB on: beyond the records' made pages */
+				p = (struct gdr_region *)((char *)r + 8192 * 64);
+			if (k == FOREIGN_DESTROYED) {
+				if (fake_cache_create(NULL, &fake_backend_ops, &c2) ||
+				    gdr_reg(c2, NULL, (void *)(uintptr_t)a, 64, 0, &p) ||
+				    gdr_dereg(p) || gdr_cache_destroy(c2))
+					_exit(2);
+			}
+			ok = gdr_dereg(p) == -EINVAL && gdr_region_range(p, &b, &l) == -EINVAL &&
+			     gdr_region_mr(p, &mr) == -EINVAL;
+			_exit(ok ? 0 : 1);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (WIFSIGNALED(st))
+			print_error("gdr_dereg of %s: killed by signal %d%s\n", foreign_name[k],
+				    WTERMSIG(st), WTERMSIG(st) == SIGALRM ? " (a hang)" : "");
+		else if (WEXITSTATUS(st))
+			print_error("gdr_dereg of %s: not refused with -EINVAL (child exit %d)\n",
+				    foreign_name[k], WEXITSTATUS(st));
+		bad += st != 0;
+	}
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(munmap(page, 4096), 0);
+	fake_cuda_free(a);
+	assert_int_equal(bad, 0);
+}
+
 struct loop_arg {
 	struct gdr_cache *c;
 	uint64_t a;
@@ -333,8 +415,8 @@ static void *reg_loop(void *p)
 	for (int i = 0; i < 20000; i++) {
 		struct gdr_region *r;
 
-		if (gdr_reg(la->c, NULL, (void *)(uintptr_t)(la->a + (uint64_t)(i % 8) * 4096), 64, 0,
-			    &r) ||
+		if (gdr_reg(la->c, NULL, (void *)(uintptr_t)(la->a + (uint64_t)(i % 8) * 4096), 64,
+			    0, &r) ||
 		    gdr_dereg(r))
 			la->bad++;
 	}
@@ -391,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_create_destroy_loop_leaks_nothing),
 		cmocka_unit_test(test_dereg_inside_record_refused),
 		cmocka_unit_test(test_dereg_misaligned_refused),
+		cmocka_unit_test(test_dereg_foreign_pointer_refused),
 		cmocka_unit_test(test_size_bare_i_refused),
 		cmocka_unit_test(test_destroy_while_other_cache_busy),
 	};
