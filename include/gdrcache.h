@@ -352,6 +352,10 @@ struct gdr_intercept_stats {
 	uint64_t oom_relief; /* failed allocations (out of memory) after which pins were released */
 	uint64_t oom_retry_ok; /* of those, retries that then succeeded */
 	uint64_t free_ns;      /* time spent in the interception of frees, in total (ns) */
+	/* The library's own releases of a primary context it borrowed for a call (a dma-buf export
+	 * on a thread without that device's context) that could not be proven not the last, and
+	 * were handled as context releases (not counted in frees[]). */
+	uint64_t own_releases;
 };
 /* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
  * may grow at its end: fields past size are not written). Loads libcuda and installs the

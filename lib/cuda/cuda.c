@@ -336,8 +336,9 @@ int gdr_cuda_set_sync_memops(uint64_t addr)
 struct borrow {
 	gdr_CUcontext ctx; /* NULL: nothing borrowed */
 	gdr_CUdevice dev;
-	bool pushed;   /* pushed over another device's context (else set on an empty thread) */
-	bool retained; /* a reference of ours to give back */
+	bool pushed;    /* pushed over another device's context (else set on an empty thread) */
+	bool retained;  /* a reference of ours to give back */
+	uint64_t token; /* gdr_hooks_borrow_begin's, for the release */
 };
 
 /* The device's primary context, retained for the life of the process: only with a driver that
@@ -383,15 +384,20 @@ static int context_borrow(int device, struct borrow *b)
 		return 0; /* the thread's own context serves */
 	if (!cu.primary_get_state || !cu.primary_release) {
 		ctx = primary_ctx_kept(dev, device);
-	} else if (cu.primary_get_state(dev, &flags, &active) == GDR_CUDA_SUCCESS && active &&
-		   cu.primary_retain(&ctx, dev) == GDR_CUDA_SUCCESS) {
-		b->retained = true;
-	} else if (!active) {
-		if (cur)
-			return 0; /* another's context exports too: docs/FACTS.md, "Several GPUs" */
-		gdr_err("no CUDA context on this thread and device %d's primary context is not active",
-			device);
-		return -ENXIO;
+	} else {
+		b->token = gdr_hooks_borrow_begin();
+		if (cu.primary_get_state(dev, &flags, &active) == GDR_CUDA_SUCCESS && active &&
+		    cu.primary_retain(&ctx, dev) == GDR_CUDA_SUCCESS)
+			b->retained = true;
+		gdr_hooks_borrow_looked(b->retained);
+		if (!b->retained && !active) {
+			if (cur)
+				return 0; /* another's context exports: docs/FACTS.md, "Several GPUs" */
+			gdr_err("no CUDA context on this thread and device %d's primary context is "
+				"not active",
+				device);
+			return -ENXIO;
+		}
 	}
 	if (!ctx) {
 		gdr_err("no CUDA context on this thread and none for device %d", device);
@@ -401,8 +407,11 @@ static int context_borrow(int device, struct borrow *b)
 	b->ctx = ctx;
 	b->pushed = cur != NULL;
 	if ((b->pushed ? cu.ctx_push(ctx) : cu.ctx_set_current(ctx)) != GDR_CUDA_SUCCESS) {
-		if (b->retained)
+		if (b->retained) {
+			gdr_hooks_own_release(b->token);
 			cu.primary_release(dev);
+			gdr_hooks_own_release(0);
+		}
 		gdr_err("cannot make device %d's primary context current", device);
 		memset(b, 0, sizeof(*b));
 		return -ENXIO;
@@ -421,11 +430,11 @@ static void context_return(struct borrow *b)
 	else
 		cu.ctx_set_current(NULL);
 	/* The exported entry point: if the application released its own reference meanwhile, this
-	 * one is the last, frees the context's memory, and the free hook sees it (hooks.c). */
+	 * one may be the last and free the context's memory; the hook tells (hooks.c, borrow_lock). */
 	if (b->retained) {
-		gdr_hooks_own_release(true);
+		gdr_hooks_own_release(b->token);
 		cu.primary_release(b->dev);
-		gdr_hooks_own_release(false);
+		gdr_hooks_own_release(0);
 	}
 	b->ctx = NULL;
 }
@@ -569,16 +578,4 @@ void gdr_cuda_contexts_changed(void)
 	pthread_mutex_lock(&ctx_lock);
 	ctx_ndone = 0;
 	pthread_mutex_unlock(&ctx_lock);
-}
-
-/* Whether device ordinal `device`'s primary context is active (1), not (0), or unknown (-1). */
-int gdr_cuda_primary_active(gdr_CUdevice dev)
-{
-	unsigned int flags = 0;
-	int active = 0;
-
-	if (cu.status || !cu.primary_get_state ||
-	    cu.primary_get_state(dev, &flags, &active) != GDR_CUDA_SUCCESS)
-		return -1;
-	return active != 0;
 }

@@ -61,7 +61,5 @@ GDR_HIDDEN void *gdr_cuda_context_borrow(int device, int *err);
 GDR_HIDDEN void gdr_cuda_context_return(void *borrowed);
 /* After a context was destroyed: forget which contexts have CU_CTX_SYNC_MEMOPS. */
 GDR_HIDDEN void gdr_cuda_contexts_changed(void);
-/* Whether the device's primary context is active: 1, 0, or -1 (cannot tell). */
-GDR_HIDDEN int gdr_cuda_primary_active(gdr_CUdevice dev);
 
 #endif /* GDR_CUDA_H */

@@ -14,8 +14,9 @@
  *          cuGetProcAddress hand out)
  *  kind    FREE: frees the range [a, a + b) (b 0: the whole allocation at a); its events go out
  *            before the driver's call (hooks.c, "A free hook").
- *          CTX: destroys, resets or releases a context (a: whether it is a primary-context release,
- *            b: the device); every cached entry is asked of the driver again after the call.
+ *          CTX: destroys, resets or releases a context (a, b: 0, unused); every cached entry is
+ *            asked of the driver again after the call (but after the library's own releases that
+ *            are proven not the last: hooks.c, borrow_lock).
  *          ALLOC: allocates the range [a, a + b) on success (b 0: no range); relieves and retries
  *            once on CUDA_ERROR_OUT_OF_MEMORY. Not required: the free events do not rest on it.
  *          EXPORT: exports the range [a, a + b) as a handle (its first parameter: where it is
@@ -48,17 +49,17 @@ GDR_ENTRY(cuMemUnmap,                   FREE,  GDR_FREE_MEM_UNMAP,       SIM,
 GDR_ENTRY(cuIpcCloseMemHandle,          FREE,  GDR_FREE_IPC_CLOSE,       SIM,   (gdr_CUdeviceptr p),
 	  (p), p, 0)
 GDR_ENTRY(cuCtxDestroy,                 CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUcontext c),
-	  (c), false, 0)
+	  (c), 0, 0)
 GDR_ENTRY(cuCtxDestroy_v2,              CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUcontext c),
-	  (c), false, 0)
+	  (c), 0, 0)
 GDR_ENTRY(cuDevicePrimaryCtxReset,      CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUdevice d),
-	  (d), false, d)
+	  (d), 0, 0)
 GDR_ENTRY(cuDevicePrimaryCtxReset_v2,   CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUdevice d),
-	  (d), false, d)
+	  (d), 0, 0)
 GDR_ENTRY(cuDevicePrimaryCtxRelease,    CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUdevice d),
-	  (d), true, d)
+	  (d), 0, 0)
 GDR_ENTRY(cuDevicePrimaryCtxRelease_v2, CTX,   GDR_FREE_CTX,             SIM,   (gdr_CUdevice d),
-	  (d), true, d)
+	  (d), 0, 0)
 GDR_ENTRY(cuMemAlloc_v2,                ALLOC, NONE,                     SIM,
 	  (gdr_CUdeviceptr *p, size_t n), (p, n), *p, n)
 GDR_ENTRY(cuMemAllocPitch_v2,           ALLOC, NONE,                     NOSIM,

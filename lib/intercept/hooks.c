@@ -68,15 +68,31 @@
 
 /* Hooks this thread is inside (nested: the driver called its own exported entry point). */
 static GDR_TLS int hook_depth;
-/* This thread is giving back a primary context the library borrowed (gdr_hooks_own_release). */
-static GDR_TLS int own_release;
+/* This thread is giving back a primary context the library borrowed (gdr_hooks_own_release):
+ * 0 no; else the borrow's token (gdr_hooks_borrow_begin), OWN_UNPROVEN where it proves nothing. */
+static GDR_TLS uint64_t own_release;
+#define OWN_UNPROVEN UINT64_MAX
 /* This thread exports a dma-buf for the library's own pin (gdr_hooks_own_export). */
 static GDR_TLS int own_export;
 
 static struct {
 	uint64_t frees[GDR_FREE_ROUTES];
-	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns;
+	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns, own_releases;
 } hs;
+
+/* Whether the library's release of a primary context it borrowed (cuda.c) can be the last, which
+ * frees the context's memory. A look at the context's state after the release proves nothing
+ * (another thread may have retained it between the driver's release and the look: issue 31 #1);
+ * what proves it is that the application held a reference from before the borrow's retain to
+ * after its release. It did if, when the borrow looked at the context's state (active: someone
+ * holds a reference), no other borrow held one (so the application did), no application release
+ * of a context was running, and none began until the borrow's release returned: the application's
+ * references then only grew. Counted over every context and device (a release elsewhere only
+ * costs a borrow its proof). The state look and the retain are under borrow_lock, so that no other
+ * borrow's retain comes between the count of borrows and the look. */
+static pthread_mutex_t borrow_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t own_borrows;                  /* borrows holding a reference of the library's */
+static uint64_t app_ctx_begun, app_ctx_ended; /* the application's context hooks: begun, ended */
 
 /* Releases left for later (nested or lock-holding callers): done at the end of the outer hook or
  * by the next gdr_cache_unlock (lib/cache/record.c reads it). */
@@ -93,8 +109,9 @@ static uint64_t now_ns(void)
 /* ---- Free hooks ---------------------------------------------------------------------------------- */
 
 struct free_scope {
-	int token;
-	int cancel; /* the thread's cancellation state before the hook */
+	int token;      /* gdr_events_free_begin's, where announced */
+	bool announced; /* a free in flight announced (a proven release of the library's: none) */
+	int cancel;     /* the thread's cancellation state before the hook */
 	uint64_t t0;
 };
 
@@ -108,6 +125,7 @@ static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_
 	fs->t0 = now_ns();
 	hook_depth++;
 	fs->token = gdr_events_free_begin(start, len);
+	fs->announced = true;
 	gdr_events_push(start, len);
 	gdr_dmabufs_drop(start, len);
 	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
@@ -124,7 +142,8 @@ static void free_end(struct free_scope *fs)
 {
 	uint64_t t1 = now_ns();
 
-	gdr_events_free_end(fs->token);
+	if (fs->announced)
+		gdr_events_free_end(fs->token);
 	if (--hook_depth == 0 && !gdr_cache_locks_held &&
 	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
 		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
@@ -170,28 +189,56 @@ typedef gdr_CUresult (*free_fn)(gdr_CUdeviceptr);
  * call (cuda.c, one per dma-buf export from a thread without the device's context: asking every
  * entry again there would cost each such miss the whole cache) publishes nothing while the context
  * stays active. */
+/* Whether the library's own release on this thread is proven not the last so far: its borrow had
+ * a proof and no application context hook began since (see borrow_lock). */
+static bool own_proven(void)
+{
+	return own_release && own_release != OWN_UNPROVEN &&
+	       __atomic_load_n(&app_ctx_begun, __ATOMIC_SEQ_CST) == own_release - 1;
+}
+
+/* A release proven not the last frees nothing: it announces nothing (registrations would wait for
+ * a free that never comes, issue 31 #2) and is no application free. Any other release of the
+ * library's own is handled as the application's, and counted apart (own_releases). */
 static void ctx_begin(struct free_scope *fs, int route)
 {
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fs->cancel); /* as free_begin */
 	fs->t0 = now_ns();
 	hook_depth++;
-	fs->token = gdr_events_free_begin(0, ALL);
-	gdr_dmabufs_drop(0, ALL); /* no dma-buf is vouched for while a context may be going */
-	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
+	fs->announced = false;
+	if (!own_release)
+		__atomic_add_fetch(&app_ctx_begun, 1, __ATOMIC_SEQ_CST);
+	if (!own_proven()) {
+		fs->token = gdr_events_free_begin(0, ALL);
+		fs->announced = true;
+		gdr_dmabufs_drop(0, ALL); /* no dma-buf is vouched for while a context may go */
+		__atomic_add_fetch(own_release ? &hs.own_releases : &hs.frees[route], 1,
+				   __ATOMIC_RELAXED);
+	}
 	fs->t0 = now_ns() - fs->t0; /* the hook's own time, as free_begin counts it */
 }
 
-static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice dev)
+static void ctx_end(struct free_scope *fs)
 {
 	uint64_t t1 = now_ns();
 
-	if (!primary_release || !own_release || gdr_cuda_primary_active(dev) != 1) {
+	/* Checked again after the call: an application release that began during it may have left
+	 * this one the last. Its memory is then asked of the driver again now, before the release
+	 * returns; a registration that classified it meanwhile holds the cache's lock until its
+	 * entry is made, which the event then drops (or finds on its next hit). */
+	if (!own_proven()) {
+		if (!fs->announced) { /* proven at the start only */
+			gdr_dmabufs_drop(0, ALL);
+			__atomic_add_fetch(&hs.own_releases, 1, __ATOMIC_RELAXED);
+		}
 		gdr_cuda_contexts_changed();
 		gdr_events_push_kind(GDR_EV_CTX, 0, ALL);
 		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
 		if (hook_depth != 1 || gdr_cache_locks_held)
 			__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
 	}
+	if (!own_release)
+		__atomic_add_fetch(&app_ctx_ended, 1, __ATOMIC_SEQ_CST);
 	fs->t0 += now_ns() - t1;
 	free_end(fs);
 }
@@ -208,14 +255,35 @@ static void ctx_end(struct free_scope *fs, bool primary_release, gdr_CUdevice de
 		errno = err_;                                                                      \
 		rc = CALL_ORIG(name, params, args);                                                \
 		err_ = errno;                                                                      \
-		ctx_end(&fs, release, dev);                                                        \
+		ctx_end(&fs);                                                                      \
 		errno = err_;                                                                      \
 		return rc;                                                                         \
 	}
 
-void gdr_hooks_own_release(bool on)
+uint64_t gdr_hooks_borrow_begin(void)
 {
-	own_release = on;
+	uint64_t n, begun;
+
+	pthread_mutex_lock(&borrow_lock);
+	n = __atomic_fetch_add(&own_borrows, 1, __ATOMIC_SEQ_CST);
+	begun = __atomic_load_n(&app_ctx_begun, __ATOMIC_SEQ_CST);
+	if (n || __atomic_load_n(&app_ctx_ended, __ATOMIC_SEQ_CST) != begun)
+		return OWN_UNPROVEN;
+	return begun + 1;
+}
+
+void gdr_hooks_borrow_looked(bool retained)
+{
+	if (!retained)
+		__atomic_sub_fetch(&own_borrows, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&borrow_lock);
+}
+
+void gdr_hooks_own_release(uint64_t token)
+{
+	if (!token) /* the release returned: the borrow holds nothing from here on */
+		__atomic_sub_fetch(&own_borrows, 1, __ATOMIC_SEQ_CST);
+	own_release = token;
 }
 
 /* ---- Allocation hooks --------------------------------------------------------------------------- */
@@ -548,6 +616,7 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.oom_relief = __atomic_load_n(&hs.oom_relief, __ATOMIC_RELAXED);
 	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
 	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
+	s.own_releases = __atomic_load_n(&hs.own_releases, __ATOMIC_RELAXED);
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	errno = saved_errno;
 	return 0;

@@ -26,10 +26,15 @@ extern GDR_HIDDEN int gdr_hooks_release_pending;
  * first call. What a cache asks before it validates by events (a test may give a cache another:
  * cache/seams.h). */
 GDR_HIDDEN int gdr_events_probe(const char **why);
-/* Around the library's own release of a primary context it borrowed (cuda.c): a release that
- * leaves the context active is then taken as not the last (the borrow's reference was not the
- * application's). Every other primary-context release is taken as possibly the last. */
-GDR_HIDDEN void gdr_hooks_own_release(bool on);
+/* The library's borrows of a primary context (cuda.c, context_borrow): _begin before it looks at
+ * the context's state (and retains it), _looked after (whether it retained), in between under a
+ * lock. _begin returns the borrow's token: what proves, at its release, that the application held
+ * a reference throughout (hooks.c, borrow_lock). gdr_hooks_own_release(token) around the borrow's
+ * release of its reference, then gdr_hooks_own_release(0): a release so proven not the last is no
+ * free; any other is handled as the application's context release (and counted apart). */
+GDR_HIDDEN uint64_t gdr_hooks_borrow_begin(void);
+GDR_HIDDEN void gdr_hooks_borrow_looked(bool retained);
+GDR_HIDDEN void gdr_hooks_own_release(uint64_t token);
 /* Around the library's own dma-buf exports (cuda.c): not recorded as the program's (dmabufs.h). */
 GDR_HIDDEN void gdr_hooks_own_export(bool on);
 /* One line of what the interception saw, for GDRCACHE_STATS. */

@@ -78,7 +78,7 @@ static int setup(void **state)
 	(void)state;
 	fake_cuda_reset();
 	fake_backend_reset();
-		cache = make(GDR_VALIDATE_EVENTS);
+	cache = make(GDR_VALIDATE_EVENTS);
 	return 0;
 }
 
@@ -133,8 +133,8 @@ static void test_probe_proves_every_route(void **state)
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	int inside;    /* the freeing thread is inside the driver's cuMemFree_v2 */
-	int go;        /* let it free */
+	int inside; /* the freeing thread is inside the driver's cuMemFree_v2 */
+	int go;     /* let it free */
 	uint64_t va;
 	int reg_rc, reg_done;
 	uint64_t reg_id;
@@ -291,7 +291,9 @@ static void test_fork_during_free(void **state)
 	if (pid == 0) {
 		alarm(alarm_s); /* a hang fails the test instead of stalling it */
 		_exit(gdr_reg(cache, NULL, (void *)(uintptr_t)pause_.va, 4096, 0, &r) == 0 &&
-		      gdr_dereg(r) == 0 ? 0 : 1);
+				      gdr_dereg(r) == 0
+			      ? 0
+			      : 1);
 	}
 	assert_true(pid > 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -486,6 +488,154 @@ static void test_primary_release_drops_only_freed(void **state)
 	assert_int_equal(fake_be.outstanding, 0);
 }
 
+/* ---- the library's own release of a borrowed primary context ------------------------------- */
+
+/* cuda.c's borrow (a dma-buf export on a thread without the device's context), as internal API. */
+void *gdr_cuda_context_borrow(int device, int *err);
+void gdr_cuda_context_return(void *borrowed);
+
+static struct {
+	int armed;         /* retain device 0's primary at the next state look */
+	int retained;      /* done: the test owes a release */
+	unsigned inflight; /* frees announced when the driver's release was entered */
+	int at_release;    /* armed for that look */
+} own;
+
+/* Another thread's retain at once after the driver's release: at the hook's look at the state
+ * (the old code looked), here on the releasing thread, which is the same to the driver. */
+static void own_on_enter(const char *entry, void *arg)
+{
+	gdr_CUcontext c;
+
+	(void)arg;
+	if (own.armed && !strcmp(entry, "cuDevicePrimaryCtxGetState")) {
+		own.armed = 0;
+		if (cuDevicePrimaryCtxRetain(&c, 0) == GDR_CUDA_SUCCESS)
+			own.retained = 1;
+	}
+	if (own.at_release && !strcmp(entry, "cuDevicePrimaryCtxRelease_v2")) {
+		own.at_release = 0;
+		own.inflight = gdr_events_inflight_count();
+	}
+}
+
+/* A thread without a context (an MPI progress thread) borrows device 0's primary context as a
+ * dma-buf export does, optionally lets the application release its reference meanwhile (on this
+ * thread: the same to the driver), and gives the borrow back with own_on_enter watching. */
+struct own_run {
+	bool app_release; /* the application's release, between the borrow and its return */
+	int borrowed, released_rc;
+	uint64_t va, id_between; /* the BUFFER_ID of va after the application's release */
+};
+
+static void *own_thread(void *p)
+{
+	struct own_run *o = p;
+	void *b;
+	int err;
+
+	b = gdr_cuda_context_borrow(0, &err);
+	o->borrowed = b != NULL;
+	if (!b)
+		return NULL;
+	if (o->app_release) {
+		o->released_rc = cuDevicePrimaryCtxRelease_v2(0);
+		o->id_between = fake_cuda_buffer_id(o->va);
+	}
+	fake_cuda_set_enter_hook(own_on_enter, NULL);
+	gdr_cuda_context_return(b);
+	fake_cuda_set_enter_hook(NULL, NULL);
+	return NULL;
+}
+
+static void own_run(struct own_run *o)
+{
+	pthread_t th;
+
+	fake_cuda_set_threads_have_context(false);
+	assert_int_equal(pthread_create(&th, NULL, own_thread, o), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	fake_cuda_set_threads_have_context(true);
+	assert_true(o->borrowed);
+}
+
+/* Issue 31 #1: the application releases its reference while the library holds a borrowed one;
+ * the library's release is then the last and frees the context's memory, and another thread
+ * retains the context at once. The cached entry of that memory must be gone before the library's
+ * release returns (the old hook took "active again" for "not the last": the pin stayed, 2 MiB). */
+static void test_own_release_last_drops_memory(void **state)
+{
+	gdr_CUcontext ctx = NULL;
+	struct gdr_region *r = NULL;
+	struct gdr_intercept_stats s0, s1;
+	struct own_run o = { .app_release = true };
+
+	(void)state;
+	/* so that the application's release below can leave the borrow's the last */
+	assert_int_equal(fake_cuda_primary_refs(0), 0);
+	assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 0),
+			 GDR_CUDA_SUCCESS); /* the application's */
+	o.va = alloc(2 * MiB);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)o.va, 2 * MiB, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(fake_be.outstanding, 1);
+	s0 = istats();
+	own.armed = 1;
+	own_run(&o);
+	assert_int_equal(o.released_rc, GDR_CUDA_SUCCESS);
+	assert_int_not_equal(o.id_between, 0); /* the application's release was not the last */
+	if (!own.retained) { /* the hook no longer looks: the same retain, just after */
+		own.armed = 0;
+		assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 0), GDR_CUDA_SUCCESS);
+		own.retained = 1;
+	}
+	s1 = istats();
+	assert_int_equal(fake_cuda_buffer_id(o.va), 0); /* the library's was */
+	assert_int_equal(fake_be.outstanding, 0);       /* released inside the library's release */
+	assert_int_equal(s1.own_releases, s0.own_releases + 1);
+	/* the application's release counted, the library's not */
+	assert_int_equal(s1.frees[GDR_FREE_CTX], s0.frees[GDR_FREE_CTX] + 1);
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(0), GDR_CUDA_SUCCESS);
+	own.retained = 0;
+}
+
+/* Issue 31 #2: the library's release of a borrowed reference while the application holds its own
+ * frees nothing, and so announces no free (registrations of every cache would wait for it) and
+ * counts none. The old hook announced "everything is being freed" and counted a context free. */
+static void test_own_release_not_last_is_no_free(void **state)
+{
+	gdr_CUcontext ctx = NULL;
+	struct gdr_region *r = NULL;
+	struct gdr_intercept_stats s0, s1;
+	struct gdr_cache_stats st0, st;
+	uint64_t a;
+
+	(void)state;
+	assert_int_equal(cuDevicePrimaryCtxRetain(&ctx, 0), GDR_CUDA_SUCCESS);
+	a = alloc(4096);
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st0), 0);
+	s0 = istats();
+	for (int i = 0; i < 3; i++) {
+		struct own_run o = { .app_release = false };
+
+		own.at_release = 1;
+		own.inflight = 99;
+		own_run(&o);
+		assert_int_equal(own.inflight, 0); /* nothing announced while it ran */
+	}
+	s1 = istats();
+	assert_int_equal(s1.frees[GDR_FREE_CTX], s0.frees[GDR_FREE_CTX]);
+	assert_int_equal(s1.own_releases, s0.own_releases);
+	/* the entry was not asked again: still a hit */
+	assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_cache_get_stats(cache, &st), 0);
+	assert_int_equal(st.misses, st0.misses);
+	assert_int_equal(cuDevicePrimaryCtxRelease_v2(0), GDR_CUDA_SUCCESS);
+}
+
 /* ---- routes --------------------------------------------------------------------------------------- */
 
 static void test_routes_counted(void **state)
@@ -557,7 +707,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fork_during_free, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unreferenced_pin_released_inside_free, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_held_pin_released_at_last_dereg, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_pin_released_at_last_dereg, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dmabuf_closed_before_free_returns, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_oom_relief_events, setup, teardown),
@@ -566,6 +717,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_neighbour_free_keeps_entry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_primary_release_drops_only_freed, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_own_release_last_drops_memory, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_own_release_not_last_is_no_free, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_routes_counted, setup, teardown),
 		cmocka_unit_test(test_inflight_table),
