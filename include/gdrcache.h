@@ -171,8 +171,16 @@ int gdr_cache_create(const struct gdr_cache_attr *attr, struct gdr_cache **cache
 int gdr_cache_destroy(struct gdr_cache *cache);
 
 /* Or'ed into gdr_reg's access: a registration with remote access may use the cached MR of the whole
- * pinned range (the 64 KiB-aligned allocation), whose rkey reaches every byte of it, as MPI and UCX
- * use their registration caches. Without it, remote access gets an MR of exactly [addr, addr+len). */
+ * pinned range, as MPI and UCX use their registration caches. Its rkey reaches every byte of that
+ * range (the MR's addr and length, gdr_region_mr), which is more than the allocation:
+ *  - device and VMM memory: the allocation's 64 KiB-aligned cover, and so whatever shares those
+ *    64 KiB pages (the driver packs small allocations) or was pinned in one range with it;
+ *  - stream-ordered pool memory under the dmabuf backend: the pool's whole 32 MiB chunks that hold
+ *    the allocation, with the pool's other allocations and free space in them (the driver exports
+ *    no smaller piece: docs/FACTS.md, "Pool memory");
+ *  - an allocation larger than max_pin_bytes: the window of it that was pinned.
+ * A peer given that rkey can read and write all of it: pass the flag only for peers trusted with
+ * the process's GPU memory. Without it, remote access gets an MR of exactly [addr, addr+len). */
 #define GDR_ACCESS_WIDE_MR (1 << 30)
 /* Or'ed into gdr_reg's access: serve the registration only if the cache already holds it (a hit),
  * else fail at once with -ENOENT, having classified, pinned and registered nothing; in mode events

@@ -44,7 +44,8 @@ static struct gdr_cache *cache;
 static struct gdr_cache *make(int backend)
 {
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE,
-				    .backend = backend, .validate = GDR_VALIDATE_EVENTS };
+				    .backend = backend,
+				    .validate = GDR_VALIDATE_EVENTS };
 	struct gdr_cache *c = NULL;
 
 	assert_int_equal(gdr_cache_create(&a, &c), 0);
@@ -55,7 +56,7 @@ static int setup(void **state)
 {
 	(void)state;
 	fake_cuda_reset();
-		cache = make(GDR_BACKEND_DMABUF);
+	cache = make(GDR_BACKEND_DMABUF);
 	return 0;
 }
 
@@ -190,6 +191,47 @@ static void test_pool_chunk_shared_and_neighbour_free(void **state)
 }
 
 /* ---- several GPUs ------------------------------------------------------------------------------ */
+
+/* What GDR_ACCESS_WIDE_MR reaches on pool memory (issue 31 #6), as include/gdrcache.h says: the
+ * MR of the whole pin, which for pool memory under the dmabuf backend is the pool's 32 MiB chunk,
+ * and so the neighbour allocation in it and the chunk's free space; without the flag, remote
+ * access reaches exactly the range asked. */
+static void test_wide_mr_on_pool_reaches_its_chunk(void **state)
+{
+	struct gdr_cache_attr at = { .field_mask = GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE,
+				     .backend = GDR_BACKEND_DMABUF,
+				     .validate = GDR_VALIDATE_EVENTS };
+	const int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	uint64_t a = fake_cuda_alloc_async(64 * 1024), b = fake_cuda_alloc_async(64 * 1024);
+	struct fake_cuda_alloc_info ai, bi;
+	struct gdr_region *rw, *rx;
+	struct gdr_cache *c;
+	struct ibv_mr *mw, *mx;
+
+	(void)state;
+	assert_int_equal(fake_cuda_alloc_info(a, &ai), 0);
+	assert_int_equal(fake_cuda_alloc_info(b, &bi), 0);
+	assert_int_equal(bi.chunk_va, ai.chunk_va); /* b is a's neighbour in one chunk */
+	fake_verbs_install();
+	assert_int_equal(fake_cache_create(&at, NULL, &c), 0);
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)(a + 4096), 4096,
+				 remote | GDR_ACCESS_WIDE_MR, &rw),
+			 0);
+	assert_int_equal(gdr_reg(c, FAKE_PD, (void *)(uintptr_t)(a + 4096), 4096, remote, &rx), 0);
+	assert_int_equal(gdr_region_mr(rw, &mw), 0);
+	assert_int_equal(gdr_region_mr(rx, &mx), 0);
+	assert_int_equal((uintptr_t)mw->addr, ai.chunk_va);
+	assert_int_equal(mw->length, CHUNK);
+	assert_true(b >= (uintptr_t)mw->addr && b + 64 * 1024 <= (uintptr_t)mw->addr + mw->length);
+	assert_int_equal((uintptr_t)mx->addr, a + 4096);
+	assert_int_equal(mx->length, 4096);
+	assert_int_equal(gdr_dereg(rw), 0);
+	assert_int_equal(gdr_dereg(rx), 0);
+	assert_int_equal(gdr_cache_destroy(c), 0);
+	assert_int_equal(fake_verbs.outstanding, 0);
+	assert_int_equal(cuMemFreeAsync(a, NULL), GDR_CUDA_SUCCESS);
+	assert_int_equal(cuMemFreeAsync(b, NULL), GDR_CUDA_SUCCESS);
+}
 
 static void test_reset_of_one_gpu_drops_only_its_entries(void **state)
 {
@@ -383,6 +425,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pool_chunk_shared_and_neighbour_free, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reset_of_one_gpu_drops_only_its_entries, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_wide_mr_on_pool_reaches_its_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_survives_last_primary_release, setup,
 						teardown),
