@@ -62,6 +62,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
@@ -1159,20 +1160,65 @@ static int find_relro(struct dl_phdr_info *info, size_t size, void *data)
 	return 1;
 }
 
+/* The protection the mapping holding address a has now (PROT_* bits), read from /proc/self/maps;
+ * -1 if it cannot be told. Without stdio or allocation: this runs before anything else is set up.
+ * A line: "start-end perms offset dev inode path", start and end in hex. */
+static int page_prot(uintptr_t a)
+{
+	char buf[4096], line[512];
+	size_t n = 0;
+	ssize_t got;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), prot = -1;
+
+	if (fd < 0)
+		return -1;
+	while (prot < 0 && (got = read(fd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < got && prot < 0; i++) {
+			uintptr_t lo, hi;
+			char *e;
+
+			if (buf[i] != '\n') {
+				if (n < sizeof(line) - 1)
+					line[n++] = buf[i];
+				continue;
+			}
+			line[n] = 0;
+			n = 0;
+			lo = (uintptr_t)strtoull(line, &e, 16);
+			if (*e != '-')
+				continue;
+			hi = (uintptr_t)strtoull(e + 1, &e, 16);
+			if (a < lo || a >= hi || *e != ' ' || strlen(e) < 4)
+				continue;
+			prot = (e[1] == 'r' ? PROT_READ : 0) | (e[2] == 'w' ? PROT_WRITE : 0) |
+			       (e[3] == 'x' ? PROT_EXEC : 0);
+		}
+	}
+	close(fd);
+	return prot;
+}
+
+/* Point a relocation slot of libibverbs at fn. A slot in its RELRO segment lies on a page the
+ * loader made read-only, unless that page also holds writable data: the loader protects only the
+ * whole pages of the segment, and with 64 KiB pages (aarch64 kernels) the segment's last page
+ * often holds .data too. So the page's protection is read, not assumed, and given back as it was
+ * (issue 31 #5: setting it read-only after the write made libibverbs' data fault). */
 static void slot_set(void **slot, void *fn, const struct relro *r)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)slot;
 	void *p = (void *)(a & ~(page - 1));
-	bool ro = a >= r->start && a < r->end;
+	int prot = a >= r->start && a < r->end ? page_prot(a) : PROT_READ | PROT_WRITE;
 
-	if (ro && mprotect(p, page, PROT_READ | PROT_WRITE)) {
+	if (prot < 0)
+		prot = PROT_READ; /* cannot tell: as the loader leaves a page wholly in RELRO */
+	if (!(prot & PROT_WRITE) && mprotect(p, page, prot | PROT_WRITE)) {
 		gdrp_info("libibverbs' relocations can not be written: its own ibv_reg_mr reaches "
 			  "the preload");
 		return;
 	}
 	__atomic_store_n(slot, fn, __ATOMIC_RELAXED);
-	if (ro)
-		mprotect(p, page, PROT_READ);
+	if (!(prot & PROT_WRITE))
+		mprotect(p, page, prot);
 }
 
 static void own_calls_bypass(void)

@@ -22,6 +22,10 @@
  *    ibv_query_port_speed (IBVERBS_1.16), ibv_alloc_buf, ibv_free_buf, ibv_reg_buf_mr
  *    (IBVERBS_1.17), reg_buf_mr reaching ibv_reg_mr_ex through the PLT as in rdma-core. Built with
  *    FAKE_RDMA_CORE_44 it stops at IBVERBS_1.12, as Debian 12's;
+ *  - built with FAKE_RELRO_WRITABLE (linked -z now, as distributions link libibverbs): its
+ *    constructor leaves the pages of its RELRO segment writable, as the loader does where the
+ *    segment's last page also holds .data (64 KiB pages, aarch64): what a 4 KiB-page machine never
+ *    shows, SIMULATED, for the preload's write to its relocation slot;
  *  - a freed PD's address is handed out again at once (pd_pool), and a test may run code of its own
  *    at two points (fake_ibv_set_hooks): once ibv_dealloc_pd has freed a PD (before it returns),
  *    and as ibv_rereg_mr starts, for an interleaving with another thread's call.
@@ -34,6 +38,42 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef FAKE_RELRO_WRITABLE
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int relro_writable(struct dl_phdr_info *info, size_t size, void *self)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	(void)size;
+	if ((void *)info->dlpi_addr != self)
+		return 0;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+			uintptr_t a = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+			uintptr_t e = a + info->dlpi_phdr[i].p_memsz;
+
+			a &= ~(page - 1);
+			mprotect((void *)a, ((e + page - 1) & ~(page - 1)) - a,
+				 PROT_READ | PROT_WRITE);
+		}
+	}
+	return 1;
+}
+
+/* Before any library that needs this one runs its constructor (the preload's included). */
+__attribute__((constructor)) static void relro_left_writable(void)
+{
+	Dl_info di;
+
+	if (dladdr((void *)relro_left_writable, &di))
+		dl_iterate_phdr(relro_writable, di.dli_fbase);
+}
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 #define VERSIONED(name) __attribute__((visibility("default"), symver(name)))
@@ -62,11 +102,27 @@ static struct ibv_device device;
  * would free it) is no leak; a freed one is reused at once, at the same address. */
 static struct fake_pd pd_pool[64];
 
-enum { C_REG, C_REG_1_0, C_DEREG, C_DEREG_1_0, C_DMABUF, C_REREG, C_DEALLOC_PD, C_DEALLOC_PD_1_0,
-       C_CLOSE, C_CLOSE_1_0, C_CLOSE_LEFT, C_DEREG_BAD, C_REG_EX, C_REG_BUF, C_N };
+enum {
+	C_REG,
+	C_REG_1_0,
+	C_DEREG,
+	C_DEREG_1_0,
+	C_DMABUF,
+	C_REREG,
+	C_DEALLOC_PD,
+	C_DEALLOC_PD_1_0,
+	C_CLOSE,
+	C_CLOSE_1_0,
+	C_CLOSE_LEFT,
+	C_DEREG_BAD,
+	C_REG_EX,
+	C_REG_BUF,
+	C_N
+};
 static const char *const names[C_N] = {
-	"reg", "reg_1_0", "dereg", "dereg_1_0", "dmabuf", "rereg", "dealloc_pd", "dealloc_pd_1_0",
-	"close", "close_1_0", "close_left", "dereg_bad", "reg_ex", "reg_buf",
+	"reg",        "reg_1_0",    "dereg",          "dereg_1_0", "dmabuf",
+	"rereg",      "dealloc_pd", "dealloc_pd_1_0", "close",     "close_1_0",
+	"close_left", "dereg_bad",  "reg_ex",         "reg_buf",
 };
 static uint64_t counts[C_N];
 static int rereg_supported = 1;
@@ -604,8 +660,14 @@ struct fake_mr_init_attr {
 	void *dmah;
 	void *buf;
 };
-enum { M_IOVA = 1 << 0, M_ADDR = 1 << 1, M_FD = 1 << 2, M_FD_OFFSET = 1 << 3, M_DMAH = 1 << 4,
-       M_BUF = 1 << 5 };
+enum {
+	M_IOVA = 1 << 0,
+	M_ADDR = 1 << 1,
+	M_FD = 1 << 2,
+	M_FD_OFFSET = 1 << 3,
+	M_DMAH = 1 << 4,
+	M_BUF = 1 << 5
+};
 
 struct fake_buf {
 	void *addr;
@@ -693,16 +755,19 @@ void fake_free_buf(struct fake_buf *b)
 }
 
 /* ibv_reg_mr_ex through the PLT, as rdma-core calls it (renamed: newer headers declare it). */
-struct ibv_mr *plt_reg_mr_ex(struct ibv_pd *pd, struct fake_mr_init_attr *a)
-	__asm__("ibv_reg_mr_ex");
-
+struct ibv_mr *plt_reg_mr_ex(struct ibv_pd *pd,
+			     struct fake_mr_init_attr *a) __asm__("ibv_reg_mr_ex");
 
 VERSIONED("ibv_reg_buf_mr@@IBVERBS_1.17")
 struct ibv_mr *fake_reg_buf_mr(struct ibv_pd *pd, struct fake_buf *b, void *addr, size_t len,
 			       int access)
 {
 	struct fake_mr_init_attr a = {
-		.length = len, .access = access, .comp_mask = M_BUF | M_ADDR, .addr = addr, .buf = b,
+		.length = len,
+		.access = access,
+		.comp_mask = M_BUF | M_ADDR,
+		.addr = addr,
+		.buf = b,
 	};
 
 	count(C_REG_BUF);

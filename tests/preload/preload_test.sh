@@ -38,6 +38,10 @@
 #   nocuda NOCUDA           a program that never loads the CUDA driver: 200 host registrations make
 #                           the loader search for libcuda.so.1 at most once (LD_DEBUG=libs), and
 #                           get libibverbs' own MRs; the preload makes no shadow record (records 0)
+#   relro RELRO DIR         libibverbs linked -z now (DIR: the fake of fakeverbs_relro/, its RELRO
+#                           pages left writable as a 64 KiB-page loader leaves the last one): the
+#                           preload's write to its relocation slot gives the page back the
+#                           protection it had, and a write there does not fault (relro_prog.c)
 #   stress STRESS           shadow records under threads (stress_prog.c: releases on other threads,
 #                           concurrent double releases, a device closed under held shadows, fork()
 #                           while threads register); every shadow released exactly once (the
@@ -281,6 +285,23 @@ nocuda)
 		pass "no shadow record made (its arena never reserved)"
 	else
 		fail "shadow records made, or no statistics: $(grep 'gdrcache-preload\[' "$tmp/dbg")"
+	fi
+	;;
+relro)
+	prog=$1 dir=$2
+	# without the preload first: the fake's RELRO pages are left writable (the control)
+	LD_LIBRARY_PATH="$dir" "$prog" >"$tmp/out" 2>&1
+	rc=$?
+	cat "$tmp/out"
+	[ $rc -eq 77 ] && exit 77
+	[ $rc -eq 0 ] || fail "without the preload: exit $rc (the fake did not leave its RELRO writable)"
+	LD_PRELOAD="$preload" LD_LIBRARY_PATH="$dir" GDRCACHE_LOG=info "$prog" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/out" "$tmp/err"
+	if [ $rc -eq 0 ]; then
+		pass "the page of libibverbs' slot kept its protection under the preload"
+	else
+		fail "under the preload: exit $rc"
 	fi
 	;;
 stress)
