@@ -234,3 +234,49 @@ static void __attribute__((constructor)) events_init(void)
 {
 	pthread_atfork(NULL, NULL, events_fork_child);
 }
+
+/* ---- stream-ordered frees ------------------------------------------------------------------ */
+
+/* A slot is valid while its id is not 0: written id 0 first, then start, then id; read id, start,
+ * id again (a slot rewritten in between reads as another id, which the caller's compare rejects). */
+static struct {
+	uint64_t start, id;
+} async_frees[GDR_ASYNC_FREES];
+static uint32_t async_next;
+uint64_t gdr_events_async_served;
+
+void gdr_events_async_free(uint64_t start, uint64_t buffer_id)
+{
+	uint32_t i = __atomic_fetch_add(&async_next, 1, __ATOMIC_RELAXED) % GDR_ASYNC_FREES;
+
+	if (!buffer_id)
+		return;
+	__atomic_store_n(&async_frees[i].id, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&async_frees[i].start, start, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&async_frees[i].id, buffer_id, __ATOMIC_SEQ_CST);
+}
+
+void gdr_events_async_alloc(uint64_t start, uint64_t len)
+{
+	for (uint32_t i = 0; i < GDR_ASYNC_FREES; i++) {
+		uint64_t id = __atomic_load_n(&async_frees[i].id, __ATOMIC_SEQ_CST);
+		uint64_t s = __atomic_load_n(&async_frees[i].start, __ATOMIC_SEQ_CST);
+
+		if (id && s >= start && s - start < len)
+			__atomic_compare_exchange_n(&async_frees[i].id, &id, 0, false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+	}
+}
+
+bool gdr_events_async_freed(uint64_t start, uint64_t buffer_id)
+{
+	for (uint32_t i = 0; buffer_id && i < GDR_ASYNC_FREES; i++) {
+		uint64_t id = __atomic_load_n(&async_frees[i].id, __ATOMIC_SEQ_CST);
+
+		if (id == buffer_id &&
+		    __atomic_load_n(&async_frees[i].start, __ATOMIC_SEQ_CST) == start &&
+		    __atomic_load_n(&async_frees[i].id, __ATOMIC_SEQ_CST) == id)
+			return true;
+	}
+	return false;
+}

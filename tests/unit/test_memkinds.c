@@ -33,6 +33,7 @@
 
 /* The fake's exported entries (patched by the library when it loads the driver). */
 gdr_CUresult cuMemFreeAsync(gdr_CUdeviceptr p, void *stream);
+gdr_CUresult cuMemAllocAsync(gdr_CUdeviceptr *p, size_t n, void *stream);
 gdr_CUresult cuDevicePrimaryCtxReset_v2(gdr_CUdevice d);
 gdr_CUresult cuDevicePrimaryCtxRetain(gdr_CUcontext *c, gdr_CUdevice d);
 gdr_CUresult cuDevicePrimaryCtxRelease_v2(gdr_CUdevice d);
@@ -233,6 +234,51 @@ static void test_wide_mr_on_pool_reaches_its_chunk(void **state)
 	assert_int_equal(cuMemFreeAsync(b, NULL), GDR_CUDA_SUCCESS);
 }
 
+static struct gdr_intercept_stats istats(void)
+{
+	struct gdr_intercept_stats s;
+
+	assert_int_equal(gdr_intercept_get_stats(&s, sizeof(s)), 0);
+	return s;
+}
+
+/* Issue 31 #4: cuMemFreeAsync's event goes out at the call, but the memory is freed when the stream
+ * reaches the free (the fake now holds a stream back: SIMULATED as CUDA documents it). A
+ * registration in between is served but not cached, and its pin goes at its release; the old code
+ * cached the chunk, pinned (its dma-buf open) until the next allocation at that address. An
+ * allocation over the address ends it; a free the stream reached leaves nothing to register. */
+static void test_free_async_before_the_stream_reaches_it(void **state)
+{
+	void *const s = (void *)(uintptr_t)0x5;
+	uint64_t a = fake_cuda_alloc_async(64 * 1024);
+	gdr_CUdeviceptr b = 0;
+	struct gdr_intercept_stats i0 = istats();
+	struct gdr_region *r;
+
+	(void)state;
+	fake_cuda_stream_hold(s);
+	assert_int_equal(cuMemFreeAsync(a, s), GDR_CUDA_SUCCESS);
+	assert_int_not_equal(fake_cuda_buffer_id(a), 0); /* the stream has not reached it */
+	r = reg(a, 4096);
+	assert_int_equal(id_of(r), fake_cuda_buffer_id(a));
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(stats().entries, 0);
+	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
+	assert_int_equal(istats().async_unreached, i0.async_unreached + 1);
+	assert_int_equal(fake_cuda_stream_release(), 1);
+	assert_int_equal(fake_cuda_buffer_id(a), 0);
+	r = NULL;
+	assert_int_not_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	/* the next allocation there (through the driver's entry: its event) is cached as any */
+	assert_int_equal(cuMemAllocAsync(&b, 64 * 1024, s), GDR_CUDA_SUCCESS);
+	r = reg(b, 4096);
+	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(stats().entries, 1);
+	assert_int_equal(istats().async_unreached, i0.async_unreached + 1);
+	assert_int_equal(cuMemFreeAsync(b, NULL), GDR_CUDA_SUCCESS);
+	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
+}
+
 static void test_reset_of_one_gpu_drops_only_its_entries(void **state)
 {
 	uint64_t a0, a1, p1, misses;
@@ -427,6 +473,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reset_of_one_gpu_drops_only_its_entries, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wide_mr_on_pool_reaches_its_chunk, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_free_async_before_the_stream_reaches_it, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pool_survives_last_primary_release, setup,
 						teardown),
