@@ -35,23 +35,37 @@ static struct {
 	struct slot ring[GDR_EVENTS_RING] __attribute__((aligned(64)));
 } ev;
 
+/* The event this thread is publishing, plus one (0: none): a consumer on this thread (a signal
+ * handler that interrupted the push, exit() from one and the program's clean-up at exit) must not
+ * wait for it (gdr_events_give_up). */
+static __thread uint64_t publishing __attribute__((tls_model("initial-exec")));
+
+/* Events below n + 1 may have been given up (see above). */
+static void lost_up_to(uint64_t n)
+{
+	uint64_t l = __atomic_load_n(&lost, __ATOMIC_RELAXED);
+
+	while (l < n + 1 && !__atomic_compare_exchange_n(&lost, &l, n + 1, false, __ATOMIC_SEQ_CST,
+							 __ATOMIC_RELAXED))
+		;
+}
+
 void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
 {
 	uint64_t n = __atomic_fetch_add(&HEAD, 1, __ATOMIC_ACQ_REL);
 	struct slot *s = &ev.ring[n & (GDR_EVENTS_RING - 1)];
-	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE), l;
+	uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE), outer = publishing;
 
+	__atomic_store_n(&publishing, n + 1, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* before a signal handler can see the slot */
 	if (gdr_events_push_hook)
 		gdr_events_push_hook(0, n);
 	do {
 		if (q & WRITING || q > n) {
 			/* Another producer's, a lap later or still writing an earlier one: ours is
 			 * given up, and consumers are told (a later lap's already shows in head). */
-			l = __atomic_load_n(&lost, __ATOMIC_RELAXED);
-			while (l < n + 1 &&
-			       !__atomic_compare_exchange_n(&lost, &l, n + 1, false,
-							    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-				;
+			lost_up_to(n);
+			publishing = outer;
 			return;
 		}
 	} while (!__atomic_compare_exchange_n(&s->seq, &q, (n + 1) | WRITING, false,
@@ -64,6 +78,18 @@ void gdr_events_push_kind(uint32_t kind, uint64_t start, uint64_t len)
 	if (gdr_events_push_hook)
 		gdr_events_push_hook(1, n);
 	__atomic_store_n(&s->seq, n + 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	publishing = outer; /* a push from a handler that interrupted this one: that one's again */
+}
+
+bool gdr_events_give_up(uint64_t seq, bool waited_long)
+{
+	uint64_t p = __atomic_load_n(&publishing, __ATOMIC_RELAXED);
+
+	if (!waited_long && p != seq + 1)
+		return false;
+	lost_up_to(seq);
+	return true;
 }
 
 void gdr_events_push(uint64_t start, uint64_t len)
@@ -79,8 +105,8 @@ int gdr_events_get(uint64_t seq, struct gdr_event *out)
 	if (q != seq + 1) {
 		if ((q & ~WRITING) > seq + 1 || gdr_events_head() - seq > GDR_EVENTS_RING)
 			return -ERANGE; /* a later lap's */
-		if (q == ((seq + 1) | WRITING))
-			return -EAGAIN; /* its producer is writing it */
+		if (q == ((seq + 1) | WRITING)) /* its producer is writing it (or gave it up) */
+			return __atomic_load_n(&lost, __ATOMIC_SEQ_CST) > seq ? -ERANGE : -EAGAIN;
 		/* Not claimed for seq yet: its producer is about to, or gave it up. */
 		return __atomic_load_n(&lost, __ATOMIC_SEQ_CST) > seq ? -ERANGE : -EAGAIN;
 	}

@@ -56,6 +56,11 @@ static inline uint64_t gdr_events_head(void)
 }
 /* Event number seq. 0; -EAGAIN: reserved but not yet written (retry); -ERANGE: overwritten (lost). */
 int gdr_events_get(uint64_t seq, struct gdr_event *ev);
+/* A consumer that got -EAGAIN for seq: whether seq is now given up (lost, for every consumer: each
+ * then drops everything, which is always safe). Given up where this thread is the one publishing
+ * it (a signal handler, or exit() from one, interrupted the push: waiting would never end), or
+ * where waited_long (its producer was stopped for good, as by a handler that never returns). */
+bool gdr_events_give_up(uint64_t seq, bool waited_long);
 /* For tests: called inside gdr_events_push_kind after event n is reserved (where 0) and before its
  * slot is published (where 1). NULL in the library. */
 extern void (*gdr_events_push_hook)(int where, uint64_t n);

@@ -38,6 +38,7 @@
 #include <cmocka.h>
 
 #include "cuda/cuda_abi.h"
+#include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "rerun.h"
@@ -267,8 +268,8 @@ static void test_cancel_in_log_open(void **state)
 
 	assert_non_null(mkdtemp(dir));
 	snprintf(fifo, sizeof(fifo), "%s/log", dir);
-	child("--cancel-log-open", err, sizeof(err), "GDRCACHE_LOG", "error",
-	      "GDRCACHE_LOG_FILE", fifo, NULL);
+	child("--cancel-log-open", err, sizeof(err), "GDRCACHE_LOG", "error", "GDRCACHE_LOG_FILE",
+	      fifo, NULL);
 	unlink(fifo);
 	rmdir(dir);
 }
@@ -336,7 +337,8 @@ static int mode_cancel_create_destroy(void)
 		return 3;
 	}
 	if (destroyed) {
-		fprintf(stderr, "the thread was cancelled inside gdr_cache_destroy (%d)\n", destroyed);
+		fprintf(stderr, "the thread was cancelled inside gdr_cache_destroy (%d)\n",
+			destroyed);
 		return 4;
 	}
 	cc = dmabuf_cache(); /* and the library still serves */
@@ -350,8 +352,8 @@ static void test_cancel_in_create_and_destroy(void **state)
 	char err[16384];
 	(void)state;
 
-	child("--cancel-create-destroy", err, sizeof(err), "GDRCACHE_LOG", "info",
-	      "GDRCACHE_STATS", "1", NULL);
+	child("--cancel-create-destroy", err, sizeof(err), "GDRCACHE_LOG", "info", "GDRCACHE_STATS",
+	      "1", NULL);
 }
 
 /* ---- the statistics signal over the program's handler: its flags kept -------------------------- */
@@ -532,7 +534,8 @@ static int mode_pipe_reused(void)
 	if (wrote_into(f1))
 		return 3;
 	if (!thread_ended(before, 10000)) {
-		fprintf(stderr, "the statistics thread is still there (%d threads)\n", threads_now());
+		fprintf(stderr, "the statistics thread is still there (%d threads)\n",
+			threads_now());
 		return 4;
 	}
 	return gdr_cache_destroy(c) ? 5 : 0;
@@ -620,8 +623,8 @@ static void run_exit_case(const char *mode, const char *signal, char *err, size_
 
 	snprintf(tsan, sizeof(tsan), "%s report_signal_unsafe=0",
 		 getenv("TSAN_OPTIONS") ? getenv("TSAN_OPTIONS") : "");
-	child(mode, err, n, "GDRCACHE_STATS", "1", "GDRCACHE_STATS_FORMAT", "kv",
-	      "TSAN_OPTIONS", tsan, signal ? "GDRCACHE_STATS_SIGNAL" : NULL, signal, NULL);
+	child(mode, err, n, "GDRCACHE_STATS", "1", "GDRCACHE_STATS_FORMAT", "kv", "TSAN_OPTIONS",
+	      tsan, signal ? "GDRCACHE_STATS_SIGNAL" : NULL, signal, NULL);
 }
 
 /* Inside the driver during a miss: under the cache's lock. */
@@ -699,6 +702,86 @@ static void test_exit_from_handler_inside_fork(void **state)
 	run_exit_case("--exit-in-fork", NULL, err, sizeof(err));
 }
 
+/* exit() from a handler of a signal that came while a free hook was publishing its event (issue 31
+ * #8): the event's slot is reserved, never to be written (its writer is the thread that exits).
+ * What runs at exit on that thread must not wait for it: the statistics at exit, and a program's
+ * own clean-up (an atexit handler that releases and destroys its cache, as MPI_Finalize does).
+ * Where: 0 after the slot is reserved, 1 after it is written, before it is published. */
+static int publish_where;
+static struct gdr_region *at_exit_r;
+
+static void raise_int_in_publish(int where, uint64_t n)
+{
+	(void)n;
+	if (where == publish_where)
+		raise(SIGINT);
+}
+
+static void program_cleanup(void)
+{
+	struct gdr_region *r;
+	uint64_t b = fake_cuda_alloc(MiB);
+
+	gdr_events_push_hook = NULL;
+	/* a last registration and the releases, then the cache goes */
+	if (gdr_reg(cc, NULL, (void *)(uintptr_t)b, 4096, 0, &r) == 0)
+		gdr_dereg(r);
+	gdr_dereg(at_exit_r);
+	gdr_cache_destroy(cc);
+	fprintf(stderr, "program clean-up done\n");
+}
+
+static int exit_in_publish(int where, bool cleanup)
+{
+	uint64_t a = fake_cuda_alloc(MiB), h = fake_cuda_alloc(MiB);
+	struct gdr_region *r;
+
+	cc = dmabuf_cache();
+	if (gdr_reg(cc, NULL, (void *)(uintptr_t)a, 4096, 0, &r) || gdr_dereg(r) ||
+	    gdr_reg(cc, NULL, (void *)(uintptr_t)h, 4096, 0, &at_exit_r))
+		return 2;
+	if (cleanup)
+		atexit(program_cleanup);
+	exit_on_sigint();
+	publish_where = where;
+	gdr_events_push_hook = raise_int_in_publish;
+	cuMemFree_v2(a); /* exits inside */
+	return 3;
+}
+
+static int mode_exit_in_publish_0(void)
+{
+	return exit_in_publish(0, true);
+}
+
+static int mode_exit_in_publish_1(void)
+{
+	return exit_in_publish(1, true);
+}
+
+static int mode_exit_in_publish_stats(void)
+{
+	return exit_in_publish(0, false);
+}
+
+static void test_exit_from_handler_inside_publish(void **state)
+{
+	char err[16384];
+	(void)state;
+
+	/* the program's clean-up waited for ever on the old code; the cache's records then */
+	for (int i = 0; i < 2; i++) {
+		run_exit_case(i ? "--exit-in-publish-1" : "--exit-in-publish-0", NULL, err,
+			      sizeof(err));
+		assert_non_null(strstr(err, "program clean-up done"));
+		assert_non_null(strstr(err, "why=destroy"));
+		assert_non_null(strstr(err, "events_lost=1")); /* given up: everything dropped */
+	}
+	/* without one, the statistics at exit (which drain nothing) */
+	run_exit_case("--exit-in-publish-stats", NULL, err, sizeof(err));
+	assert_non_null(strstr(err, "why=\"at exit\""));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -714,6 +797,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_exit_from_handler_inside_reg),
 		cmocka_unit_test(test_exit_from_handler_while_signal_prints),
 		cmocka_unit_test(test_exit_from_handler_inside_fork),
+		cmocka_unit_test(test_exit_from_handler_inside_publish),
 	};
 	static const struct {
 		const char *name;
@@ -731,6 +815,9 @@ int main(int argc, char **argv)
 		{ "--exit-in-handler", mode_exit_in_handler },
 		{ "--exit-while-signal-prints", mode_exit_while_signal_prints },
 		{ "--exit-in-fork", mode_exit_in_fork },
+		{ "--exit-in-publish-0", mode_exit_in_publish_0 },
+		{ "--exit-in-publish-1", mode_exit_in_publish_1 },
+		{ "--exit-in-publish-stats", mode_exit_in_publish_stats },
 	};
 
 	for (size_t i = 0; argc > 1 && i < sizeof(modes) / sizeof(modes[0]); i++)
