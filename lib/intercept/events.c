@@ -104,7 +104,7 @@ int gdr_events_get(uint64_t seq, struct gdr_event *out)
 
 	if (q != seq + 1) {
 		if ((q & ~WRITING) > seq + 1 || gdr_events_head() - seq > GDR_EVENTS_RING)
-			return -ERANGE; /* a later lap's */
+			return -ERANGE;         /* a later lap's */
 		if (q == ((seq + 1) | WRITING)) /* its producer is writing it (or gave it up) */
 			return __atomic_load_n(&lost, __ATOMIC_SEQ_CST) > seq ? -ERANGE : -EAGAIN;
 		/* Not claimed for seq yet: its producer is about to, or gave it up. */

@@ -369,7 +369,8 @@ static void test_dereg_foreign_pointer_refused(void **state)
 			bool ok;
 
 			alarm(alarm_s); /* a hang is a failure */
-			signal(SIGSEGV, SIG_DFL); /* a crash is seen as one, not as cmocka's report */
+			signal(SIGSEGV,
+			       SIG_DFL); /* a crash is seen as one, not as cmocka's report */
 			signal(SIGBUS, SIG_DFL);
 			if (k == FOREIGN_COPY)
 				memcpy(page, r, 64); /* "live" magic, an entry, a cache's fields */

@@ -60,7 +60,8 @@ int main(void)
 		release_stream = 0;
 		cuMemAllocAsync(&p, n, s);
 		cuStreamSynchronize(s);
-		printf("round %d: p = %#llx (1 MiB from the default pool)\n", round, (unsigned long long)p);
+		printf("round %d: p = %#llx (1 MiB from the default pool)\n", round,
+		       (unsigned long long)p);
 		ask("allocated, stream idle", p);
 		cuLaunchHostFunc(s, hold, NULL);
 		printf("  cuMemFreeAsync(p, s) with s held back: rc %d\n", cuMemFreeAsync(p, s));
