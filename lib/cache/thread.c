@@ -407,10 +407,15 @@ void gdr_thr_sync(struct gdr_cache *c)
 		gdr_log_once(GDR_LOG_ERROR, "membarrier failed after it was registered");
 		abort(); /* cannot happen once registered; never run a grace period without it */
 	}
+	/* This thread's own section is not waited for: a grace period runs outside one, so if this
+	 * thread's is open, a signal handler interrupted it and runs the library now (exit() from
+	 * one, and the program's clean-up at exit); that section never ends (issue 31 #8's class). */
+	struct gdr_thr *self = gdr_thr_find(c);
+
 	for (struct gdr_thr *t = __atomic_load_n(&c->threads, __ATOMIC_ACQUIRE); t; t = t->next) {
 		uint64_t e = __atomic_load_n(&t->epoch, __ATOMIC_SEQ_CST);
 
-		if (!(e & 1))
+		if (!(e & 1) || t == self)
 			continue;
 		while (__atomic_load_n(&t->epoch, __ATOMIC_ACQUIRE) == e)
 			sched_yield();

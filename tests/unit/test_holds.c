@@ -29,6 +29,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -157,7 +158,7 @@ static void on_thread(void *(*fn)(void *), void *arg)
 struct xfer {
 	struct gdr_region *r;
 	int rc;
-	long long set;      /* value to give this thread's counter of r first (0: leave it) */
+	long long set; /* value to give this thread's counter of r first (0: leave it) */
 };
 
 static void set_my_counter(struct gdr_region *r, long long v)
@@ -200,17 +201,17 @@ static void test_hold_counters_do_not_wrap(void **state)
 	struct xfer x = { 0 };
 
 	(void)state;
-	r = reg(a);                      /* the miss: the record exists */
+	r = reg(a); /* the miss: the record exists */
 	assert_int_equal(gdr_dereg(r), 0);
-	set_my_counter(r, n);            /* n registrations here ... */
+	set_my_counter(r, n); /* n registrations here ... */
 	x = (struct xfer){ .r = r, .set = -n };
-	on_thread(dereg_there, &x);      /* ... released over there */
+	on_thread(dereg_there, &x); /* ... released over there */
 	for (int i = 0; i < 16; i++) {
 		assert_ptr_equal(reg(a), r); /* a lock-free hit: this thread's counter + 1 */
 		assert_int_equal(gdr_cache_flush(cache), 0); /* held: never unpinned */
 		x = (struct xfer){ .r = r };
 		on_thread(dereg_there, &x);
-		assert_int_equal(x.rc, 0);   /* a legitimate release is never refused */
+		assert_int_equal(x.rc, 0); /* a legitimate release is never refused */
 	}
 	assert_ptr_equal(reg(a), r);
 	assert_int_equal(gdr_cache_destroy(cache), -EBUSY);
@@ -301,7 +302,8 @@ static void test_many_caches_per_thread(void **state)
 		for (int i = 0; i < NC; i++) {
 			struct gdr_region *r = NULL;
 
-			assert_int_equal(gdr_reg(cs[i], NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+			assert_int_equal(gdr_reg(cs[i], NULL, (void *)(uintptr_t)a, 4096, 0, &r),
+					 0);
 			assert_int_equal(gdr_dereg(r), 0);
 		}
 	}
@@ -317,7 +319,8 @@ static void test_many_caches_per_thread(void **state)
 		for (int j = 0; j < 3; j++) {
 			assert_int_equal(gdr_reg(c, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
 			assert_int_equal(gdr_dereg(r), 0);
-			assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+			assert_int_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r),
+					 0);
 			assert_int_equal(gdr_dereg(r), 0);
 		}
 		assert_int_equal(thread_records(c), 1);
@@ -335,8 +338,8 @@ static void test_refused_release_pd_leaves_records_live(void **state)
 	struct gdr_region *held, *r;
 
 	(void)state;
-	held = reg_pd(FAKE_PD, 1, a);                  /* listed second in its entry */
-	r = reg_pd(FAKE_PD, 3, a);                     /* listed first, not held */
+	held = reg_pd(FAKE_PD, 1, a); /* listed second in its entry */
+	r = reg_pd(FAKE_PD, 3, a);    /* listed first, not held */
 	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(gdr_cache_release_pd(cache, FAKE_PD), -EBUSY);
 	hits = stats().fast_hits;
@@ -361,9 +364,9 @@ static void test_refused_release_pd_leaves_records_live(void **state)
  * eventfd in its place): the seam by which unit_holds_never_fires proves that such a case skips. */
 enum stop_by { BY_TEST_POINT, BY_WATCHPOINT };
 
-static volatile sig_atomic_t wp_armed;    /* its thread and its handler only */
-static __thread int tp_armed = -1;        /* the test point this thread stops at, once */
-static int wp_paused, wp_go;              /* __atomic */
+static volatile sig_atomic_t wp_armed; /* its thread and its handler only */
+static __thread int tp_armed = -1;     /* the test point this thread stops at, once */
+static int wp_paused, wp_go;           /* __atomic */
 
 /* Stops the calling thread until the test lets go (bounded, in case it cannot). */
 static void stand_still(void)
@@ -418,14 +421,14 @@ static int watch(const void *addr, int len)
 }
 
 struct race {
-	struct gdr_region *r;     /* registered by the test's thread (NULL: by the releaser) */
-	bool watch_magic;         /* stop at the record's magic, else at its entry's state as the
-				     record mirrors it (estate: what a release reads) */
+	struct gdr_region *r; /* registered by the test's thread (NULL: by the releaser) */
+	bool watch_magic;     /* stop at the record's magic, else at its entry's state as the
+				 record mirrors it (estate: what a release reads) */
 	enum stop_by by;
 	int rc, watch_fd;
 	uint64_t a;
-	int returned;             /* __atomic: the releaser's gdr_dereg returned (or it gave up) */
-	int done;                 /* __atomic */
+	int returned; /* __atomic: the releaser's gdr_dereg returned (or it gave up) */
+	int done;     /* __atomic */
 };
 
 static void *race_releaser(void *arg)
@@ -464,8 +467,8 @@ static void *race_dropper(void *arg)
 {
 	struct race *x = arg;
 
-	free_evented(x->a);                           /* the entry goes stale ... */
-	gdr_cache_flush(cache);                       /* ... and is dropped */
+	free_evented(x->a);     /* the entry goes stale ... */
+	gdr_cache_flush(cache); /* ... and is dropped */
 	__atomic_store_n(&x->done, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
@@ -530,7 +533,8 @@ static void release_against_detach(bool elsewhere, bool watch_magic, enum stop_b
 	end = gdr_deadline_ms(RACE_WAIT_MS);
 	if (!gdr_wait_flag(&x.returned, end) || !gdr_wait_flag(&x.done, end))
 		fail_msg("%s did not finish in %d s after the releaser was let go",
-			 __atomic_load_n(&x.returned, __ATOMIC_ACQUIRE) ? "the drop" : "the release",
+			 __atomic_load_n(&x.returned, __ATOMIC_ACQUIRE) ? "the drop"
+									: "the release",
 			 RACE_WAIT_MS / 1000);
 	pthread_join(rel, NULL);
 	pthread_join(drop, NULL);
@@ -592,15 +596,15 @@ static void test_destroy_quiesces_before_counting(void **state)
 	ctr = gdr_thr_counter_alloc(cache, t, gdr_rec_slot(s.r));
 	gdr_cache_unlock_plain(cache);
 	assert_non_null(ctr);
-	gdr_thr_enter(t);                       /* the lookup begins: the entry is LIVE */
+	gdr_thr_enter(t); /* the lookup begins: the entry is LIVE */
 	assert_int_equal(pthread_create(&d, NULL, destroyer, &s), 0);
-	usleep(100000);                         /* destroy runs (and waits for this lookup) */
+	usleep(100000); /* destroy runs (and waits for this lookup) */
 	__atomic_store_n(ctr, *ctr + 1, __ATOMIC_RELAXED); /* the hold the lookup takes */
 	gdr_thr_leave(t);
 	pthread_join(d, NULL);
 	assert_int_equal(s.destroy_rc, -EBUSY);
 	assert_int_equal(stats().detached, 0);
-	assert_ptr_equal(reg(a), s.r);          /* still served */
+	assert_ptr_equal(reg(a), s.r); /* still served */
 	assert_int_equal(gdr_dereg(s.r), 0);
 	assert_int_equal(gdr_dereg(s.r), 0);
 	assert_int_equal(gdr_cache_flush(cache), 1);
@@ -658,10 +662,75 @@ static void test_out_of_records_is_enospc(void **state)
 	free_evented(a);
 }
 
+/* exit() from a signal handler that interrupted a lock-free release inside its read-side section
+ * (issue 31 #8's class): the program's clean-up at exit, on that thread, flushes the cache, whose
+ * grace period waited for that thread's section to end, which it never would. In a child, with a
+ * deadline: a hang is a failure. */
+static void exit_at_test_point(enum gdr_test_point tp)
+{
+	if (tp == GDR_TP_DEREG_MAGIC) {
+		__atomic_store_n(&gdr_test_point_fn, NULL, __ATOMIC_RELEASE);
+		raise(SIGINT);
+	}
+}
+
+static void on_int_exit(int sig)
+{
+	(void)sig;
+	exit(0);
+}
+
+static void flush_at_exit(void)
+{
+	/* another entry, unheld, dropped: a grace period */
+	if (gdr_cache_flush(cache) < 1)
+		_exit(4);
+	_exit(0);
+}
+
+static void test_exit_from_handler_inside_release(void **state)
+{
+	uint64_t a = fake_cuda_alloc(2 * MiB), b = fake_cuda_alloc(2 * MiB);
+	unsigned alarm_s = 30 * (unsigned)gdr_deadline_scale();
+	int st;
+	pid_t pid;
+
+	(void)state;
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		struct sigaction sa = { .sa_handler = on_int_exit };
+		struct gdr_region *ra, *rb;
+
+		alarm(alarm_s);
+		ra = reg(a);
+		rb = reg(b);
+		if (gdr_dereg(rb))
+			_exit(2);
+		ra = reg(a); /* held twice: the next release is lock-free */
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		atexit(flush_at_exit);
+		__atomic_store_n(&gdr_test_point_fn, exit_at_test_point, __ATOMIC_RELEASE);
+		gdr_dereg(ra); /* exits inside */
+		_exit(3);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the clean-up at exit %s (signal %d)",
+			 WTERMSIG(st) == SIGALRM ? "hung" : "died", WTERMSIG(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	fake_cuda_free(a);
+	fake_cuda_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hold_counters_do_not_wrap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exit_from_handler_inside_release, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_release_elsewhere_allocates_nothing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_double_dereg_long_after_retirement, setup,
@@ -679,10 +748,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wp_release_racing_detach_magic, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_wp_release_elsewhere_racing_detach_state, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_wp_release_elsewhere_racing_detach_magic, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_wp_release_elsewhere_racing_detach_state,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wp_release_elsewhere_racing_detach_magic,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_destroy_quiesces_before_counting, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_grace_periods_are_batched, setup, teardown),
