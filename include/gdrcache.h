@@ -364,10 +364,6 @@ struct gdr_intercept_stats {
 	 * on a thread without that device's context) that could not be proven not the last, and
 	 * were handled as context releases (not counted in frees[]). */
 	uint64_t own_releases;
-	/* Registrations of memory freed with cuMemFreeAsync whose stream may not have reached the
-	 * free yet (the driver still answers for it): served, but not cached, and unpinned at their
-	 * release. */
-	uint64_t async_unreached;
 };
 /* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
  * may grow at its end: fields past size are not written). Loads libcuda and installs the

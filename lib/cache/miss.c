@@ -438,24 +438,6 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 
 /* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
 
-/* gdr_entry_take, then, where !keep, e out of the index: held, it is detached until released. */
-static int take_kept(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, struct ibv_pd *pd,
-		     int access, uint64_t a, uint64_t len, bool exact, bool doomed,
-		     struct gdr_region **out)
-{
-	int rc = gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
-
-	if (doomed) {
-		gdr_info("%#llx: freed with cuMemFreeAsync, its stream not there yet: registered, "
-			 "not cached",
-			 (unsigned long long)a);
-		__atomic_add_fetch(&gdr_events_async_served, 1, __ATOMIC_RELAXED);
-		gdr_entry_drop(c, e);
-		gdr_settle(c);
-	}
-	return rc;
-}
-
 /* The locked path: misses, stale entries, new records, pending events. */
 int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
 		   uint64_t len, int access, bool exact, struct gdr_region **out)
@@ -466,7 +448,6 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 	struct gdr_inflight_snap snap;
 	struct gdr_entry *e;
 	uint32_t ntags = 0;
-	bool doomed = false;
 	int rc;
 
 	gdr_cache_drain_events(c);
@@ -523,12 +504,6 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 		if (rc)
 			return rc;
 	}
-	/* Memory the program freed in stream order whose stream may not have reached the free: the
-	 * driver still answers for it, and no event is to come (the free's went out at the call).
-	 * Served, but not kept: the entry leaves the index at once and is unpinned at its release. */
-	for (uint32_t i = 0; i < ntags && !doomed; i++)
-		doomed = tags[i].kind == GDR_MEM_POOL &&
-			 gdr_events_async_freed(tags[i].alloc_start, tags[i].buffer_id);
 
 	/* Inside a pinned range but partly outside its known allocations: another allocation that
 	 * shares the entry's pages. If every allocation the entry already serves is still alive, the
@@ -544,7 +519,7 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 			if (rc)
 				return rc;
 			c->st.hits++;
-			return take_kept(c, t, e, pd, access, a, len, exact, doomed, out);
+			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
 		}
 	}
 
@@ -553,5 +528,5 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 	if (rc)
 		return rc;
 	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
-	return take_kept(c, t, e, pd, access, a, len, exact, doomed, out);
+	return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
 }

@@ -92,18 +92,4 @@ bool gdr_events_inflight_was(const struct gdr_inflight_snap *s,
 /* Frees announced now (for tests). */
 unsigned gdr_events_inflight_count(void);
 
-/* Stream-ordered frees (cuMemFreeAsync) called whose stream may not have reached them: until it
- * does, the driver may still answer for the allocation (its BUFFER_ID), and a registration of it
- * would cache memory the program gave up, with no event to come (issue 31 #4). Each records the
- * allocation's start and BUFFER_ID at the call (a ring of GDR_ASYNC_FREES, the oldest forgotten
- * first: the old behaviour, cached until an allocation at that address); an allocation over the
- * start forgets it. Lock-free, async-signal-safe. */
-#define GDR_ASYNC_FREES 256u
-void gdr_events_async_free(uint64_t start, uint64_t buffer_id);
-void gdr_events_async_alloc(uint64_t start, uint64_t len);
-/* Whether the allocation at start with that BUFFER_ID was freed in stream order, per the above. */
-bool gdr_events_async_freed(uint64_t start, uint64_t buffer_id);
-/* Registrations of such memory (served, not cached: lib/cache/miss.c), for the statistics. */
-extern uint64_t gdr_events_async_served;
-
 #endif /* GDRCACHE_EVENTS_H */

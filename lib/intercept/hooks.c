@@ -126,12 +126,6 @@ static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_
 	hook_depth++;
 	fs->token = gdr_events_free_begin(start, len);
 	fs->announced = true;
-	if (route == GDR_FREE_MEM_FREE_ASYNC) { /* the stream may reach it later: events.h */
-		uint64_t id = 0;
-
-		if (!gdr_cuda_buffer_id(start, &id))
-			gdr_events_async_free(start, id);
-	}
 	gdr_events_push(start, len);
 	gdr_dmabufs_drop(start, len);
 	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
@@ -320,7 +314,6 @@ static bool oom_relieve(void)
 		}                                                                                  \
 		if (rc == GDR_CUDA_SUCCESS && (size) != 0) {                                       \
 			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);       \
-			gdr_events_async_alloc((uint64_t)(uintptr_t)(va), size);                   \
 			gdr_dmabufs_drop((uint64_t)(uintptr_t)(va), size);                         \
 		}                                                                                  \
 		hook_depth--;                                                                      \
@@ -624,7 +617,6 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
 	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
 	s.own_releases = __atomic_load_n(&hs.own_releases, __ATOMIC_RELAXED);
-	s.async_unreached = __atomic_load_n(&gdr_events_async_served, __ATOMIC_RELAXED);
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	errno = saved_errno;
 	return 0;

@@ -44,13 +44,13 @@ extern "C" {
 #endif
 
 /* Granularities of the simulation. */
-#define FAKE_CUDA_CHUNK_SIZE (2ull << 20)   /* physical chunk, VMM granularity */
-#define FAKE_CUDA_SUBALLOC_MAX (1ull << 20) /* largest size sub-allocated from a shared chunk */
-#define FAKE_CUDA_SUBALLOC_UNIT 512u        /* sub-allocation granularity and alignment */
+#define FAKE_CUDA_CHUNK_SIZE     (2ull << 20) /* physical chunk, VMM granularity */
+#define FAKE_CUDA_SUBALLOC_MAX   (1ull << 20) /* largest size sub-allocated from a shared chunk */
+#define FAKE_CUDA_SUBALLOC_UNIT  512u         /* sub-allocation granularity and alignment */
 #define FAKE_CUDA_DRIVER_VERSION 13000
 #define FAKE_CUDA_POOL_CHUNK_SIZE (32ull << 20) /* stream-ordered pool chunk (measured, H200) */
-#define FAKE_CUDA_POOL_REGION (8ull << 30)      /* pool VA per device: most pool memory at once */
-#define FAKE_CUDA_MAX_DEVICES 4
+#define FAKE_CUDA_POOL_REGION    (8ull << 30)  /* pool VA per device: most pool memory at once */
+#define FAKE_CUDA_MAX_DEVICES    4
 
 /* What kind of memory an allocation is. */
 enum fake_cuda_kind {
@@ -65,19 +65,19 @@ enum fake_cuda_kind {
 
 /* Everything the fake knows about the allocation holding an address. */
 struct fake_cuda_alloc_info {
-	uint64_t va;        /* allocation start (VMM: the mapping's start) */
-	uint64_t size;      /* requested size (VMM: the mapping's size) */
-	uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
-	int kind;           /* enum fake_cuda_kind */
-	uint64_t chunk_va;  /* the chunk (2 MiB-granular; POOL: 32 MiB; VMM: the mapping;
-			     * IPC: the import) holding its first byte */
+	uint64_t va;                 /* allocation start (VMM: the mapping's start) */
+	uint64_t size;               /* requested size (VMM: the mapping's size) */
+	uint64_t buffer_id;          /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+	int kind;                    /* enum fake_cuda_kind */
+	uint64_t chunk_va;           /* the chunk (2 MiB-granular; POOL: 32 MiB; VMM: the mapping;
+				      * IPC: the import) holding its first byte */
 	uint64_t chunk_size;
-	uint64_t reservation_va; /* VMM only: the reserved VA range (0 otherwise) */
+	uint64_t reservation_va;     /* VMM only: the reserved VA range (0 otherwise) */
 	uint64_t reservation_size;
-	unsigned sync_memops_count; /* successful cuPointerSetAttribute(SYNC_MEMOPS) calls */
-	bool sync_memops;           /* current SYNC_MEMOPS value */
-	int device;                 /* DEVICE_ORDINAL */
-	void *context;              /* CONTEXT (NULL for POOL and VMM) */
+	unsigned sync_memops_count;  /* successful cuPointerSetAttribute(SYNC_MEMOPS) calls */
+	bool sync_memops;            /* current SYNC_MEMOPS value */
+	int device;                  /* DEVICE_ORDINAL */
+	void *context;               /* CONTEXT (NULL for POOL and VMM) */
 };
 
 /* Called after any allocation is freed (by a control function or a driver entry point, not by
@@ -113,11 +113,6 @@ int fake_cuda_free(uint64_t va);
 /* cuMemAllocAsync / cuMemFreeAsync-like (stream-ordered pool; the stream is not simulated). */
 uint64_t fake_cuda_alloc_async(size_t size);
 int fake_cuda_free_async(uint64_t va);
-/* Hold one stream back (cuMemFreeAsync on it queues the free, which fails at the call only for a
- * pointer that is no pool allocation's start), and let it run: the queued frees happen, in order;
- * returns how many. Other streams free at the call. Not reset by fake_cuda_reset. */
-void fake_cuda_stream_hold(void *stream);
-unsigned fake_cuda_stream_release(void);
 /* The allocations above are made in the calling thread's current context, on its device (device
  * 0's primary context when none is current). These two name the device: cuMemAlloc-like in dev's
  * primary context, cuMemAllocAsync-like from dev's default pool. 0 on failure (dev >= the device

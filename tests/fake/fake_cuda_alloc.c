@@ -408,72 +408,14 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytesi
 	return entry_alloc(FAKE_CUDA_KIND_POOL, dptr, bytesize, -1);
 }
 
-/* Stream order (SIMULATED as the CUDA documentation describes cuMemFreeAsync: the memory is freed
- * when the stream reaches the free; until then the allocation lives on, its BUFFER_ID answers).
- * One stream at a time may be held back (fake_cuda_stream_hold): its frees wait in a queue until
- * fake_cuda_stream_release; every other stream is idle, and frees at the call. What the real
- * driver answers in between is not measured here (tests/gpu/probes/free_async.c asks it). Not
- * simulated: an allocation on the held stream reusing the VA before its free was reached. */
-#define HELD_MAX 64
-static struct {
-	pthread_mutex_t lock;
-	bool on;
-	void *stream;
-	unsigned n;
-	uint64_t va[HELD_MAX];
-} held = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-EXPORT void fake_cuda_stream_hold(void *stream)
-{
-	pthread_mutex_lock(&held.lock);
-	held.on = true;
-	held.stream = stream;
-	pthread_mutex_unlock(&held.lock);
-}
-
-EXPORT unsigned fake_cuda_stream_release(void)
-{
-	uint64_t va[HELD_MAX];
-	unsigned n;
-
-	pthread_mutex_lock(&held.lock);
-	held.on = false;
-	n = held.n;
-	memcpy(va, held.va, sizeof(va[0]) * n);
-	held.n = 0;
-	pthread_mutex_unlock(&held.lock);
-	for (unsigned i = 0; i < n; i++)
-		(void)fake_cuda_free_async(va[i]);
-	return n;
-}
-
-/* The free on hStream: now, or queued where hStream is held back (a free of no allocation fails
- * at the call, as the driver checks the pointer then). */
-static CUresult free_async_on(CUdeviceptr dptr, CUstream hStream)
-{
-	struct fake_cuda_alloc_info ai;
-	bool queued = false;
-
-	pthread_mutex_lock(&held.lock);
-	if (held.on && held.stream == (void *)hStream) {
-		if (held.n == HELD_MAX || fake_cuda_alloc_info(dptr, &ai) || ai.va != dptr ||
-		    ai.kind != FAKE_CUDA_KIND_POOL) {
-			pthread_mutex_unlock(&held.lock);
-			return CUDA_ERROR_INVALID_VALUE;
-		}
-		held.va[held.n++] = dptr;
-		queued = true;
-	}
-	pthread_mutex_unlock(&held.lock);
-	if (queued)
-		return CUDA_SUCCESS;
-	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-
+/* The stream is not simulated: the allocation is gone at the call, whatever its stream still has
+ * to run, as the real driver answers (docs/FACTS.md, "Stream-ordered frees": BUFFER_ID, RANGE and
+ * the export fail at once, and the next cuMemAllocAsync on the stream may get the VA back). */
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream)
 {
+	(void)hStream;
 	ENTER(cuMemFreeAsync, true);
-	return free_async_on(dptr, hStream);
+	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize,
@@ -486,6 +428,7 @@ ENTRY_EXPORT CUresult ENTRY_FN(cuMemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t b
 
 ENTRY_EXPORT CUresult ENTRY_FN(cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream)
 {
+	(void)hStream;
 	ENTER(cuMemFreeAsync_ptsz, true);
-	return free_async_on(dptr, hStream);
+	return fake_cuda_free_async(dptr) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }

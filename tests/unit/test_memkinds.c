@@ -234,47 +234,30 @@ static void test_wide_mr_on_pool_reaches_its_chunk(void **state)
 	assert_int_equal(cuMemFreeAsync(b, NULL), GDR_CUDA_SUCCESS);
 }
 
-static struct gdr_intercept_stats istats(void)
+/* Issue 31 #4 (suspected): cuMemFreeAsync's event goes out at the call, the memory is freed when
+ * the stream reaches the free; could a registration in between cache memory the program gave up?
+ * No: the driver answers for the allocation no more from the call on (docs/FACTS.md,
+ * "Stream-ordered frees", measured on the H100 with the stream held back), so the registration is
+ * refused and nothing is pinned; the VA's next allocation, on that stream at once, is its own. */
+static void test_free_async_gone_at_the_call(void **state)
 {
-	struct gdr_intercept_stats s;
-
-	assert_int_equal(gdr_intercept_get_stats(&s, sizeof(s)), 0);
-	return s;
-}
-
-/* Issue 31 #4: cuMemFreeAsync's event goes out at the call, but the memory is freed when the stream
- * reaches the free (the fake now holds a stream back: SIMULATED as CUDA documents it). A
- * registration in between is served but not cached, and its pin goes at its release; the old code
- * cached the chunk, pinned (its dma-buf open) until the next allocation at that address. An
- * allocation over the address ends it; a free the stream reached leaves nothing to register. */
-static void test_free_async_before_the_stream_reaches_it(void **state)
-{
-	void *const s = (void *)(uintptr_t)0x5;
-	uint64_t a = fake_cuda_alloc_async(64 * 1024);
+	uint64_t a = fake_cuda_alloc_async(1 * MiB), id = fake_cuda_buffer_id(a);
 	gdr_CUdeviceptr b = 0;
-	struct gdr_intercept_stats i0 = istats();
-	struct gdr_region *r;
+	struct gdr_region *r = NULL;
 
 	(void)state;
-	fake_cuda_stream_hold(s);
-	assert_int_equal(cuMemFreeAsync(a, s), GDR_CUDA_SUCCESS);
-	assert_int_not_equal(fake_cuda_buffer_id(a), 0); /* the stream has not reached it */
-	r = reg(a, 4096);
-	assert_int_equal(id_of(r), fake_cuda_buffer_id(a));
-	assert_int_equal(gdr_dereg(r), 0);
-	assert_int_equal(stats().entries, 0);
-	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
-	assert_int_equal(istats().async_unreached, i0.async_unreached + 1);
-	assert_int_equal(fake_cuda_stream_release(), 1);
-	assert_int_equal(fake_cuda_buffer_id(a), 0);
-	r = NULL;
-	assert_int_not_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
-	/* the next allocation there (through the driver's entry: its event) is cached as any */
-	assert_int_equal(cuMemAllocAsync(&b, 64 * 1024, s), GDR_CUDA_SUCCESS);
-	r = reg(b, 4096);
-	assert_int_equal(gdr_dereg(r), 0);
+	assert_int_equal(gdr_dereg(reg(a, 4096)), 0);
 	assert_int_equal(stats().entries, 1);
-	assert_int_equal(istats().async_unreached, i0.async_unreached + 1);
+	assert_int_equal(cuMemFreeAsync(a, (void *)(uintptr_t)0x5), GDR_CUDA_SUCCESS);
+	assert_int_equal(stats().entries, 0); /* dropped inside the call */
+	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
+	assert_int_not_equal(gdr_reg(cache, NULL, (void *)(uintptr_t)a, 4096, 0, &r), 0);
+	assert_int_equal(stats().entries, 0);
+	assert_int_equal(cuMemAllocAsync(&b, 1 * MiB, (void *)(uintptr_t)0x5), GDR_CUDA_SUCCESS);
+	r = reg(b, 4096);
+	assert_int_not_equal(id_of(r), id);
+	assert_int_equal(id_of(r), fake_cuda_buffer_id(b));
+	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(cuMemFreeAsync(b, NULL), GDR_CUDA_SUCCESS);
 	assert_int_equal(fake_cuda_dmabuf_held_bytes(), 0);
 }
@@ -474,8 +457,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wide_mr_on_pool_reaches_its_chunk, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_free_async_before_the_stream_reaches_it, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_free_async_gone_at_the_call, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_survives_last_primary_release, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_borrowed_context_keeps_no_reference, setup,
