@@ -10,18 +10,35 @@
  * one, __mmdrop, put_pid, __put_task_struct, is GPL-only). The owner's close()
  * of any descriptor of the file, or its exit, ends the file: every pin is given
  * back at once, whoever else still holds the file (a forked child, an
- * SCM_RIGHTS receiver, a mapping), and every later call fails.
+ * SCM_RIGHTS receiver, a mapping), and every later call fails. The owner's
+ * exit does not close a descriptor table that a clone(CLONE_FILES) sibling
+ * still shares, so open() also maps one page of the file into the opener (the
+ * anchor): the owner's address space is torn down in the owner's own context
+ * when it exits or execs, whoever shares its descriptors, and the anchor's
+ * close ends the file there.
  *
  * Locking, outermost first:
- *   gdr_orphans_lock (mutex)   the orphan list; put_pages may run under it
+ *   mmap_lock of a dying mm    held around the anchor's close, which ends the
+ *                              file (nothing of ours takes an mmap_lock while
+ *                              holding a lock of ours)
+ *   gdr_proc.lock (mutex)      one owner's orphans; its put_pages run under it
+ *   gdr_persist_lock (mutex)   persistent orphans, the retry worker's
  *   gdr_file.lock (mutex)      the handle table, generations, per-file counts,
  *                              dead; never held across nvidia_p2p_put_pages*()
  *                              or copy_to_user()
- *   gdr_acct_lock (spin)       per-user and global counts
+ *   gdr_acct_lock (spin)       per-user and global counts, gdr_nr_orphans
+ *   gdr_procs_lock (spin)      the owners' table and their reference counts
  *   gdr_region.lock (spin)     the region's state and page table pointer; the
  *                              only lock NVIDIA's free callback takes ...
  *   gdr_file.ev_lock (spin)    ... besides this one, nested inside it: the
- *                              revocation area and the read() event queue
+ *   gdr_reap_lock (spin)       revocation area and the read() event queue;
+ *                              and the revoked orphans waiting for the reaper
+ *                              (taken after r->lock is dropped)
+ *
+ * No ioctl takes a lock shared by all users' orphans: each owner process has
+ * its own orphan list (struct gdr_proc, reached from the file in constant
+ * time), its ioctls put back at most GDR_ORPHAN_BATCH of them, and a free
+ * callback hands a revoked orphan to the reaper through gdr_reap_lock.
  *
  * A callback-mode page table is given back exactly once: by the free callback,
  * or by nvidia_p2p_put_pages() from whoever moved the region out of
@@ -38,6 +55,12 @@
  * call puts it again, so neither a late callback nor the module's unload can
  * meet freed memory. Persistent tables are found by NVIDIA's own object, from
  * any context: their orphans are retried every GDR_RETRY_DELAY by a worker.
+ *
+ * The free callback holds a module reference of its own while it runs, and
+ * drops it with a tail call: module_put() returns straight to NVIDIA, so no
+ * instruction of this module runs once the reference that kept it loaded is
+ * gone (the kernel's module_put_and_kthread_exit() idea, for a function that
+ * must return; tests/kmod/kmod_tail_check.c checks the object code).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -48,6 +71,8 @@
 #include <linux/list.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
+#include <linux/mman.h>
+#include <linux/mmap_lock.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/overflow.h>
@@ -60,6 +85,7 @@
 #include <linux/types.h>
 #include <linux/uaccess.h>
 #include <linux/uidgid.h>
+#include <linux/user_namespace.h>
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -90,6 +116,8 @@
 /* Page table entries copied per hold of the region lock. */
 #define GDR_COPY_CHUNK		4096
 #define GDR_RETRY_DELAY		HZ
+/* Orphans one ioctl of their owner puts back; the rest wait for its next call. */
+#define GDR_ORPHAN_BATCH	64
 
 static unsigned int max_pins = 4096;
 module_param(max_pins, uint, 0444);
@@ -104,7 +132,7 @@ MODULE_PARM_DESC(max_pinned_bytes,
 static unsigned long long max_user_pins = 65536;
 module_param(max_user_pins, ullong, 0644);
 MODULE_PARM_DESC(max_user_pins,
-		 "Most pins one user (real uid) may hold over all files, 0 = no limit (default 65536); beyond: EDQUOT");
+		 "Most pins one user (real uid; in a user namespace, its creator's) may hold over all files, 0 = no limit (default 65536); beyond: EDQUOT");
 
 static unsigned long long max_user_pinned_bytes = 1ULL << 42;
 module_param(max_user_pinned_bytes, ullong, 0644);
@@ -166,6 +194,24 @@ struct gdr_owner {
 	u64 exec_id;		/* self_exec_id: bumped by every execve */
 };
 
+/*
+ * One owner process (tgid and group leader's start time: what NVIDIA's put
+ * needs, whatever it exec'ed since) and its callback-mode orphans. Shared by
+ * the owner's files, each of which holds a reference, as does each orphan.
+ */
+struct gdr_proc {
+	struct hlist_node node;			/* gdr_procs */
+	pid_t tgid;
+	u64 start_time;
+	unsigned int refs;			/* under gdr_procs_lock */
+	struct mutex lock;			/* orphans, nr_orphans */
+	struct list_head orphans;		/* gdr_region.orphan_node */
+	unsigned int nr_orphans;		/* read without the lock: 0 = nothing to do */
+};
+
+static DEFINE_SPINLOCK(gdr_procs_lock);	/* gdr_procs, every gdr_proc's refs */
+static DEFINE_HASHTABLE(gdr_procs, 6);
+
 struct gdr_file;
 
 struct gdr_region {
@@ -178,7 +224,9 @@ struct gdr_region {
 	struct gdr_file *gf;
 	struct gdr_owner owner;			/* the only process put_pages works in */
 	struct gdr_user *user;			/* charged, once the slot is reserved */
-	struct list_head orphan_node;		/* gdr_orphans */
+	struct gdr_proc *proc;			/* its owner's; referenced while orphaned */
+	struct list_head orphan_node;		/* proc->orphans or gdr_persist_orphans */
+	struct list_head reap_node;		/* gdr_reap_list: revoked while orphaned */
 	u64 handle;
 	u64 va;
 	u64 len;
@@ -187,8 +235,11 @@ struct gdr_region {
 	u64 *phys;				/* npages bus addresses, read at pin */
 };
 
-static DEFINE_MUTEX(gdr_orphans_lock);	/* gdr_orphans, gdr_nr_orphans */
-static LIST_HEAD(gdr_orphans);
+static DEFINE_MUTEX(gdr_persist_lock);	/* gdr_persist_orphans */
+static LIST_HEAD(gdr_persist_orphans);
+static unsigned int gdr_nr_persist_orphans;	/* under gdr_persist_lock */
+static DEFINE_SPINLOCK(gdr_reap_lock);	/* gdr_reap_list */
+static LIST_HEAD(gdr_reap_list);
 static void gdr_orphans_retry_fn(struct work_struct *work);
 static void gdr_orphans_reap_fn(struct work_struct *work);
 static DECLARE_DELAYED_WORK(gdr_retry_work, gdr_orphans_retry_fn);
@@ -201,6 +252,7 @@ static DECLARE_DELAYED_WORK(gdr_reap_work, gdr_orphans_reap_fn);
 struct gdr_file {
 	struct gdr_owner owner;
 	struct gdr_user *user;
+	struct gdr_proc *proc;
 
 	struct mutex lock;			/* dead, regions, gens, counts */
 	bool dead;				/* the owner closed it or died */
@@ -221,6 +273,12 @@ struct gdr_file {
 	u32 ev_count;
 	bool ev_overflowed;
 	wait_queue_head_t ev_wait;
+
+	/* The anchor: the page open() maps into the owner (see the top). */
+	bool anchor_pending;			/* open() is making it */
+	atomic_t anchor_vmas;			/* its VMAs (a split or copy adds one) */
+	struct mm_struct *anchor_mm;		/* compared, never dereferenced */
+	unsigned long anchor_addr;
 };
 
 static void gdr_owner_current(struct gdr_owner *o)
@@ -242,6 +300,27 @@ static bool gdr_may_use(const struct gdr_file *gf)
 	return gdr_same_process(gf) &&
 	       current->self_exec_id == gf->owner.exec_id &&
 	       !READ_ONCE(gf->dead);
+}
+
+/*
+ * Who a pin is charged to: the opener's real uid, unless it runs in a user
+ * namespace that a user other than root created; then the creator of the
+ * outermost such namespace. A user with subordinate uids (newuidmap) runs
+ * under as many kernel uids as it has, in a namespace it owns: charging them
+ * apart would give it the caps once per uid. Namespaces that root made (a
+ * container runtime's) keep their uids apart, as root assigned them.
+ */
+static kuid_t gdr_charge_uid(void)
+{
+	kuid_t uid = current_uid();
+#ifdef CONFIG_USER_NS
+	const struct user_namespace *ns;
+
+	for (ns = current_user_ns(); ns->level > 0; ns = ns->parent)
+		if (!uid_eq(ns->owner, GLOBAL_ROOT_UID))
+			uid = ns->owner;
+#endif
+	return uid;
 }
 
 static struct gdr_user *gdr_user_get(kuid_t uid)
@@ -284,6 +363,61 @@ static void gdr_user_put(struct gdr_user *u)
 	u = gdr_user_unref_locked(u);
 	spin_unlock(&gdr_acct_lock);
 	kfree(u);
+}
+
+/* The current process's gdr_proc, made on its first open. */
+static struct gdr_proc *gdr_proc_get(const struct gdr_owner *o)
+{
+	struct gdr_proc *p, *fresh;
+
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
+	if (!fresh)
+		return NULL;
+	spin_lock(&gdr_procs_lock);
+	hash_for_each_possible(gdr_procs, p, node, o->tgid) {
+		if (p->tgid == o->tgid && p->start_time == o->start_time) {
+			p->refs++;
+			goto out_unlock;
+		}
+	}
+	p = fresh;
+	fresh = NULL;
+	p->tgid = o->tgid;
+	p->start_time = o->start_time;
+	p->refs = 1;
+	mutex_init(&p->lock);
+	INIT_LIST_HEAD(&p->orphans);
+	hash_add(gdr_procs, &p->node, p->tgid);
+out_unlock:
+	spin_unlock(&gdr_procs_lock);
+	kfree(fresh);
+	return p;
+}
+
+static void gdr_proc_hold(struct gdr_proc *p)
+{
+	spin_lock(&gdr_procs_lock);
+	p->refs++;
+	spin_unlock(&gdr_procs_lock);
+}
+
+static void gdr_proc_put(struct gdr_proc *p)
+{
+	spin_lock(&gdr_procs_lock);
+	if (--p->refs) {
+		p = NULL;
+	} else {
+		hash_del(&p->node);
+	}
+	spin_unlock(&gdr_procs_lock);
+	kfree(p);
+}
+
+static void gdr_orphans_count(int delta)
+{
+	spin_lock(&gdr_acct_lock);
+	gdr_nr_orphans += delta;
+	spin_unlock(&gdr_acct_lock);
 }
 
 /* Charge one pin of len bytes to u and to the totals, within the caps. */
@@ -411,7 +545,7 @@ static void gdr_free_callback(void *data)
 		if (r->published)
 			gdr_publish_revoke(r->gf, r);
 		break;
-	case GDR_REGION_ORPHANED:
+	case GDR_REGION_ORPHANED:	/* on its owner's list: the reaper's now */
 		reap = true;
 		break;
 	case GDR_REGION_PUTTING:	/* its put_pages waits for us */
@@ -421,11 +555,20 @@ static void gdr_free_callback(void *data)
 	r->state = GDR_REGION_REVOKED;
 	r->pt = NULL;
 	spin_unlock_irqrestore(&r->lock, flags);
-	/* r may be freed from here on (unless it is an orphan). */
-	if (reap)
+	/*
+	 * A revoked orphan is finished by the reaper alone (its owner's retry
+	 * skips it), so r lives until the reaper has run. Any other r may be
+	 * freed from here on.
+	 */
+	if (reap) {
+		spin_lock_irqsave(&gdr_reap_lock, flags);
+		list_add_tail(&r->reap_node, &gdr_reap_list);
+		spin_unlock_irqrestore(&gdr_reap_lock, flags);
 		queue_delayed_work(system_wq, &gdr_reap_work, 0);
+	}
 	if (pt)
 		nvidia_p2p_free_page_table(pt);
+	/* Last, as a tail call: it returns to NVIDIA, not here (top of file). */
 	module_put(THIS_MODULE);
 }
 
@@ -450,10 +593,11 @@ static struct nvidia_p2p_page_table *gdr_region_claim(struct gdr_region *r)
 }
 
 /*
- * Give a claimed page table back to NVIDIA. No lock held but possibly
- * gdr_orphans_lock. Returns true when r holds nothing any more (put, or taken
- * by a racing callback); false when the put failed: r is then ORPHANED and
- * its page table still live.
+ * Give a claimed page table back to NVIDIA. No lock held but possibly r's
+ * owner's gdr_proc.lock or gdr_persist_lock. Returns true when r holds
+ * nothing any more (put, or taken by a racing callback); false when the put
+ * failed: r is then still PUTTING (the caller makes it an orphan) and its
+ * page table still live.
  */
 static bool gdr_region_put_pages(struct gdr_region *r,
 				 struct nvidia_p2p_page_table *pt)
@@ -478,8 +622,6 @@ static bool gdr_region_put_pages(struct gdr_region *r,
 	spin_lock_irqsave(&r->lock, flags);
 	/* A callback that raced with us took the page table: nothing to put. */
 	done = r->state == GDR_REGION_REVOKED;
-	if (!done)
-		r->state = GDR_REGION_ORPHANED;
 	spin_unlock_irqrestore(&r->lock, flags);
 	if (!done)
 		pr_err_ratelimited("%sput_pages va 0x%llx len 0x%llx: %d; kept until %s\n",
@@ -505,23 +647,51 @@ static void gdr_region_done(struct gdr_region *r)
 	gdr_region_put(r);
 }
 
-/* Put r on the orphan list (gdr_region_put_pages() failed on it). */
+/* An orphan is finished: no list holds it, nothing is left to put. */
+static void gdr_orphan_done(struct gdr_region *r)
+{
+	struct gdr_proc *proc = r->persistent ? NULL : r->proc;
+
+	gdr_region_done(r);
+	if (proc)
+		gdr_proc_put(proc);
+	gdr_orphans_count(-1);
+	/* The caller is a file operation or a worker that gdr_exit() waits for. */
+	module_put(THIS_MODULE);
+}
+
+/*
+ * r is claimed (PUTTING) and its put failed or may not be made here: keep it
+ * as an orphan, on its owner's list (callback mode) or the worker's
+ * (persistent). The state becomes ORPHANED under the list's lock, after
+ * which a callback hands r to the reaper, which takes that lock too.
+ */
 static void gdr_region_orphan(struct gdr_region *r)
 {
+	struct mutex *lock = r->persistent ? &gdr_persist_lock : &r->proc->lock;
 	unsigned long flags;
 	bool revoked;
 
-	mutex_lock(&gdr_orphans_lock);
+	mutex_lock(lock);
 	spin_lock_irqsave(&r->lock, flags);
 	revoked = r->state == GDR_REGION_REVOKED;
+	if (!revoked)
+		r->state = GDR_REGION_ORPHANED;
 	spin_unlock_irqrestore(&r->lock, flags);
 	if (!revoked) {
-		list_add_tail(&r->orphan_node, &gdr_orphans);
-		gdr_nr_orphans++;
+		if (r->persistent) {
+			list_add_tail(&r->orphan_node, &gdr_persist_orphans);
+			gdr_nr_persist_orphans++;
+		} else {
+			gdr_proc_hold(r->proc);
+			list_add_tail(&r->orphan_node, &r->proc->orphans);
+			WRITE_ONCE(r->proc->nr_orphans, r->proc->nr_orphans + 1);
+		}
+		gdr_orphans_count(1);
 		/* No unload while NVIDIA may still call gdr_free_callback(r). */
 		__module_get(THIS_MODULE);
 	}
-	mutex_unlock(&gdr_orphans_lock);
+	mutex_unlock(lock);
 	if (revoked)
 		gdr_region_done(r);
 	else if (r->persistent)
@@ -550,15 +720,10 @@ static void gdr_region_give_back(struct gdr_region *r,
 				 struct nvidia_p2p_page_table *pt)
 {
 	struct gdr_owner me;
-	unsigned long flags;
 
 	if (pt && !r->persistent) {
 		gdr_owner_current(&me);
 		if (!gdr_may_put(r, &me)) {
-			spin_lock_irqsave(&r->lock, flags);
-			if (r->state == GDR_REGION_PUTTING)
-				r->state = GDR_REGION_ORPHANED;
-			spin_unlock_irqrestore(&r->lock, flags);
 			gdr_region_orphan(r);
 			return;
 		}
@@ -571,69 +736,110 @@ static void gdr_region_give_back(struct gdr_region *r,
 }
 
 /*
- * Finish the orphans that a callback revoked and, if retry, put again those
- * the caller may put: persistent ones from anywhere, callback-mode ones only
- * when who is the current process and owns them. Returns true while
- * persistent orphans remain (the worker's business).
+ * Put again up to max orphans of the list under lock (held by the caller),
+ * skipping those a callback revoked (the reaper finishes them). Finished ones
+ * are moved to done. Returns how many remain.
  */
-static bool gdr_orphans_scan(bool retry, const struct gdr_owner *who)
+static unsigned int gdr_orphans_put_list(struct list_head *orphans,
+					 unsigned int *nr, unsigned int max,
+					 struct list_head *done)
 {
 	struct nvidia_p2p_page_table *pt;
 	struct gdr_region *r, *tmp;
-	LIST_HEAD(done);
+	unsigned int tried = 0;
 	unsigned long flags;
-	bool left = false, finished;
+	bool finished;
 
-	mutex_lock(&gdr_orphans_lock);
-	list_for_each_entry_safe(r, tmp, &gdr_orphans, orphan_node) {
+	list_for_each_entry_safe(r, tmp, orphans, orphan_node) {
+		if (tried++ >= max)
+			break;
 		pt = NULL;
 		spin_lock_irqsave(&r->lock, flags);
-		finished = r->state == GDR_REGION_REVOKED;
-		if (!finished && retry && gdr_may_put(r, who)) {
+		if (r->state == GDR_REGION_ORPHANED) {
 			r->state = GDR_REGION_PUTTING;
 			pt = r->pt;
 		}
 		spin_unlock_irqrestore(&r->lock, flags);
-		if (pt)
-			finished = gdr_region_put_pages(r, pt);
-		if (finished) {
-			list_move_tail(&r->orphan_node, &done);
-			gdr_nr_orphans--;
-		} else if (r->persistent) {
-			left = true;
+		if (!pt)
+			continue;
+		finished = gdr_region_put_pages(r, pt);
+		if (!finished) {
+			/* A callback may have come while r was PUTTING. */
+			spin_lock_irqsave(&r->lock, flags);
+			finished = r->state == GDR_REGION_REVOKED;
+			if (!finished)
+				r->state = GDR_REGION_ORPHANED;
+			spin_unlock_irqrestore(&r->lock, flags);
 		}
+		if (finished) {
+			list_move_tail(&r->orphan_node, done);
+			WRITE_ONCE(*nr, *nr - 1);
+		}
+		cond_resched();
 	}
-	mutex_unlock(&gdr_orphans_lock);
-
-	list_for_each_entry_safe(r, tmp, &done, orphan_node) {
-		list_del(&r->orphan_node);
-		gdr_region_done(r);
-		/* gdr_exit() cancels this work synchronously: safe to return. */
-		module_put(THIS_MODULE);
-	}
-	return left;
+	return READ_ONCE(*nr);
 }
 
+static void gdr_orphans_finish(struct list_head *done)
+{
+	struct gdr_region *r, *tmp;
+
+	list_for_each_entry_safe(r, tmp, done, orphan_node) {
+		list_del(&r->orphan_node);
+		gdr_orphan_done(r);
+	}
+}
+
+/* Persistent orphans, from any context: the retry worker. */
 static void gdr_orphans_retry_fn(struct work_struct *work)
 {
-	if (gdr_orphans_scan(true, NULL))
+	unsigned int left;
+	LIST_HEAD(done);
+
+	mutex_lock(&gdr_persist_lock);
+	left = gdr_orphans_put_list(&gdr_persist_orphans, &gdr_nr_persist_orphans,
+				    UINT_MAX, &done);
+	mutex_unlock(&gdr_persist_lock);
+	gdr_orphans_finish(&done);
+	/* gdr_exit() cancels this work synchronously: safe to return. */
+	if (left)
 		queue_delayed_work(system_wq, &gdr_retry_work, GDR_RETRY_DELAY);
 }
 
+/* Callback-mode orphans that their free callback revoked. */
 static void gdr_orphans_reap_fn(struct work_struct *work)
 {
-	gdr_orphans_scan(false, NULL);
+	struct gdr_region *r, *tmp;
+	unsigned long flags;
+	LIST_HEAD(reap);
+
+	spin_lock_irqsave(&gdr_reap_lock, flags);
+	list_splice_init(&gdr_reap_list, &reap);
+	spin_unlock_irqrestore(&gdr_reap_lock, flags);
+	list_for_each_entry_safe(r, tmp, &reap, reap_node) {
+		list_del(&r->reap_node);
+		mutex_lock(&r->proc->lock);
+		list_del(&r->orphan_node);
+		WRITE_ONCE(r->proc->nr_orphans, r->proc->nr_orphans - 1);
+		mutex_unlock(&r->proc->lock);
+		gdr_orphan_done(r);
+	}
 }
 
-/* The current process is a file's owner: put its callback-mode orphans again. */
-static void gdr_orphans_retry_owner(void)
+/*
+ * The current process owns proc: put back up to max of its callback-mode
+ * orphans. Other owners' orphans are neither looked at nor waited for.
+ */
+static void gdr_orphans_retry_owner(struct gdr_proc *proc, unsigned int max)
 {
-	struct gdr_owner me;
+	LIST_HEAD(done);
 
-	if (!READ_ONCE(gdr_nr_orphans))
+	if (!READ_ONCE(proc->nr_orphans))
 		return;
-	gdr_owner_current(&me);
-	gdr_orphans_scan(true, &me);
+	mutex_lock(&proc->lock);
+	gdr_orphans_put_list(&proc->orphans, &proc->nr_orphans, max, &done);
+	mutex_unlock(&proc->lock);
+	gdr_orphans_finish(&done);
 }
 
 static bool gdr_slot_live(const struct gdr_region *r)
@@ -900,8 +1106,10 @@ static long gdr_ioctl_pin(struct gdr_file *gf, void __user *uarg)
 	refcount_set(&r->ref, 1);
 	spin_lock_init(&r->lock);
 	INIT_LIST_HEAD(&r->orphan_node);
+	INIT_LIST_HEAD(&r->reap_node);
 	r->state = GDR_REGION_PINNED;
 	r->gf = gf;
+	r->proc = gf->proc;
 	r->owner = gf->owner;
 	r->va = p.va;
 	r->len = p.len;
@@ -1015,7 +1223,7 @@ static long gdr_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	if (!gdr_may_use(gf))
 		return -EACCES;
 	/* Orphans' put_pages can only work here, in their owner's process. */
-	gdr_orphans_retry_owner();
+	gdr_orphans_retry_owner(gf->proc, GDR_ORPHAN_BATCH);
 
 	switch (cmd) {
 	case GDRCACHE_IOCTL_GET_VERSION:
@@ -1097,6 +1305,82 @@ static void gdr_vma_set_flags(struct vm_area_struct *vma, vm_flags_t set,
 #endif
 }
 
+static void gdr_file_end(struct gdr_file *gf);
+
+static void gdr_anchor_open(struct vm_area_struct *vma)
+{
+	struct gdr_file *gf = vma->vm_private_data;
+
+	atomic_inc(&gf->anchor_vmas);
+}
+
+/*
+ * The anchor goes. With its address space (no user left: the owner's exit or
+ * execve, in the owner's context unless another task held the last reference
+ * to that mm), the owner is going: end the file, whoever else shares its
+ * descriptors. By munmap(), the owner gave the anchor up: only its close()
+ * ends the file then.
+ */
+static void gdr_anchor_close(struct vm_area_struct *vma)
+{
+	struct gdr_file *gf = vma->vm_private_data;
+	bool teardown = !atomic_read(&vma->vm_mm->mm_users);
+
+	if (atomic_dec_and_test(&gf->anchor_vmas))
+		WRITE_ONCE(gf->anchor_mm, NULL);
+	if (!teardown || READ_ONCE(gf->dead))
+		return;
+	gdr_file_end(gf);
+	if (gdr_same_process(gf))
+		gdr_orphans_retry_owner(gf->proc, UINT_MAX);
+}
+
+static const struct vm_operations_struct gdr_anchor_ops = {
+	.open	= gdr_anchor_open,
+	.close	= gdr_anchor_close,
+};
+
+/*
+ * The owner closed the file in its own address space: unmap the anchor, or the
+ * file would stay open through it until the owner exits. Only what is still
+ * the anchor is unmapped (a thread that unmaps it and maps something else at
+ * that address between the check and vm_munmap() loses its own mapping).
+ */
+static void gdr_anchor_remove(struct gdr_file *gf)
+{
+	unsigned long addr = READ_ONCE(gf->anchor_addr);
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	bool ours;
+
+	if (!mm || READ_ONCE(gf->anchor_mm) != mm)
+		return;
+	mmap_read_lock(mm);
+	vma = find_vma(mm, addr);
+	ours = vma && vma->vm_start == addr && vma->vm_ops == &gdr_anchor_ops &&
+	       vma->vm_private_data == gf;
+	mmap_read_unlock(mm);
+	if (ours)
+		vm_munmap(addr, PAGE_SIZE);
+}
+
+/* open() maps the anchor: the first page of the area, read-only. */
+static int gdr_mmap_anchor(struct gdr_file *gf, struct vm_area_struct *vma)
+{
+	int ret;
+
+	gdr_vma_set_flags(vma, VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
+			  VM_MAYWRITE);
+	ret = vm_insert_page(vma, vma->vm_start, vmalloc_to_page(gf->area));
+	if (ret)
+		return ret;
+	vma->vm_private_data = gf;
+	vma->vm_ops = &gdr_anchor_ops;
+	atomic_inc(&gf->anchor_vmas);
+	gf->anchor_mm = vma->vm_mm;
+	return 0;
+}
+
 /*
  * The revocation area, read-only. Not inherited by fork() (VM_DONTCOPY): a
  * child has no business reading its parent's revocations. VM_IO keeps it so:
@@ -1115,6 +1399,8 @@ static int gdr_mmap(struct file *filp, struct vm_area_struct *vma)
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
 		return -EPERM;
+	if (gf->anchor_pending)
+		return gdr_mmap_anchor(gf, vma);
 	gdr_vma_set_flags(vma, VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP,
 			  VM_MAYWRITE);
 	for (off = 0; off < size; off += PAGE_SIZE) {
@@ -1145,9 +1431,12 @@ static int gdr_open(struct inode *inode, struct file *filp)
 	gf->nr_usable = nslots;
 	gf->ev_cap = ev_cap;
 
-	gf->user = gdr_user_get(current_uid());
-	if (!gf->user)
+	gf->proc = gdr_proc_get(&gf->owner);
+	if (!gf->proc)
 		goto free_file;
+	gf->user = gdr_user_get(gdr_charge_uid());
+	if (!gf->user)
+		goto put_proc;
 	gf->regions = kvcalloc(nslots, sizeof(*gf->regions), GFP_KERNEL_ACCOUNT);
 	if (!gf->regions)
 		goto put_user;
@@ -1164,8 +1453,24 @@ static int gdr_open(struct inode *inode, struct file *filp)
 	gf->area->nslots = nslots;
 
 	filp->private_data = gf;
-	return nonseekable_open(inode, filp);
+	nonseekable_open(inode, filp);
+	/* Last: the anchor's VMA holds the file, so nothing may fail after it. */
+	if (current->mm && !(current->flags & PF_KTHREAD)) {
+		unsigned long addr;
 
+		gf->anchor_pending = true;
+		addr = vm_mmap(filp, 0, PAGE_SIZE, PROT_READ, MAP_SHARED, 0);
+		gf->anchor_pending = false;
+		if (IS_ERR_VALUE(addr)) {
+			ret = (int)addr;
+			goto free_area;
+		}
+		gf->anchor_addr = addr;
+	}
+	return 0;
+
+free_area:
+	vfree(gf->area);
 free_evq:
 	kvfree(gf->evq);
 free_gens:
@@ -1174,6 +1479,8 @@ free_regions:
 	kvfree(gf->regions);
 put_user:
 	gdr_user_put(gf->user);
+put_proc:
+	gdr_proc_put(gf->proc);
 free_file:
 	kfree(gf);
 	return ret;
@@ -1208,9 +1515,10 @@ static void gdr_file_end(struct gdr_file *gf)
 }
 
 /*
- * Every close() of a descriptor. The owner's (its exit included) ends the
- * file, whoever else still holds it. A PIN in flight in another thread sees
- * the file dead when it publishes and gives its pin back.
+ * Every close() of a descriptor. The owner's ends the file, whoever else still
+ * holds it, and unmaps the anchor (the owner's exit ends it earlier, through
+ * the anchor). A PIN in flight in another thread sees the file dead when it
+ * publishes and gives its pin back.
  */
 static int gdr_flush(struct file *filp, fl_owner_t id)
 {
@@ -1218,7 +1526,8 @@ static int gdr_flush(struct file *filp, fl_owner_t id)
 
 	if (!READ_ONCE(gf->dead) && gdr_same_process(gf)) {
 		gdr_file_end(gf);
-		gdr_orphans_retry_owner();
+		gdr_orphans_retry_owner(gf->proc, UINT_MAX);
+		gdr_anchor_remove(gf);
 	}
 	return 0;
 }
@@ -1234,6 +1543,8 @@ static int gdr_release(struct inode *inode, struct file *filp)
 	kvfree(gf->gens);
 	kvfree(gf->regions);
 	gdr_user_put(gf->user);
+	/* After gdr_file_end(): the orphans it made hold their own references. */
+	gdr_proc_put(gf->proc);
 	kfree(gf);
 	return 0;
 }

@@ -10,10 +10,14 @@
  *
  * One open file belongs to the process image that opened it: another process, or the same process
  * after an execve, gets -EACCES. The owner's close() of any descriptor of the file (a dup()'ed one
- * too), or the owner's exit, releases every pin the file holds, persistent ones included, however
- * many other references remain (a forked child's descriptor, one passed over SCM_RIGHTS, a mapping):
- * from then on every call on the file fails with -EACCES. The revocation area is not inherited by
- * fork().
+ * too), or the owner's exit or execve, releases every pin the file holds, persistent ones included,
+ * however many other references remain (a forked child's descriptor, one passed over SCM_RIGHTS, a
+ * mapping, a process sharing the owner's descriptor table through clone(CLONE_FILES)): from then on
+ * every call on the file fails with -EACCES. The revocation area is not inherited by fork().
+ * open() maps one read-only page of the file into the opener (its anchor: the module learns of the
+ * owner's exit when that address space goes) and so needs read access (O_WRONLY: -EACCES); the
+ * owner's close() unmaps it. An owner that unmaps it itself keeps the rule only where its
+ * descriptor table is its own: its exit then closes the file.
  *
  * Invalidation channel (callback-mode pins only; persistent pins are never revoked):
  *  - mmap(NULL, version.revoke_area_size, PROT_READ, MAP_SHARED, fd, 0) maps a read-only

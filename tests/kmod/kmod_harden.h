@@ -52,6 +52,10 @@ void test_get_errors(void);
 /* kmod_harden_owner.c: pins do not outlive their owner, who cannot be impersonated (VM case 26) */
 void test_owner(void);
 void test_identity(void);
+/* kmod_harden_orphans.c: issue 31 items 9-11 (VM case 26c) */
+void test_orphan_lock(void);
+void test_owner_exit_shared(void);
+void test_userns_caps(void);
 /* Re-executed as "kmod_harden_test identity-exec FD N" by test_identity. */
 int identity_exec(const char *self, int fd, int n);
 

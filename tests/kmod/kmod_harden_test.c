@@ -21,13 +21,19 @@
  *   memcg        13: per-file memory and page arrays are charged to the memcg
  *   access       15: 0660, unprivileged open, per-user and global caps
  *   get-pages-fault  GET_PAGES faulting on its user buffer blocks nobody else
+ *   orphan-lock  issue 31 #9: another owner's orphans and their put_pages stall
+ *                nobody else's ioctl
+ *   owner-exit-shared  issue 31 #11: the owner's exit gives back every pin while
+ *                a clone(CLONE_FILES) sibling keeps its descriptor table
+ *   userns-caps  issue 31 #10: one user's subordinate uids share its caps
  *
  * Usage: kmod_harden_test SUBTEST [SECONDS]
  *
  * This file holds the helpers and main; the subtests are in kmod_harden_pin.c (pin-race,
  * pin-revoke, free-table, get-pages-fault), kmod_harden_limits.c (len, memcg, access),
- * kmod_harden_put.c (put-fail, put-context, get-errors) and kmod_harden_owner.c (owner,
- * identity), declared in kmod_harden.h.
+ * kmod_harden_put.c (put-fail, put-context, get-errors), kmod_harden_owner.c (owner,
+ * identity) and kmod_harden_orphans.c (orphan-lock, owner-exit-shared, userns-caps), declared in
+ * kmod_harden.h.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -179,6 +185,9 @@ int main(int argc, char **argv)
 		{ "get-pages-fault", test_get_pages_fault },
 		{ "put-context", test_put_context },
 		{ "get-errors", test_get_errors },
+		{ "orphan-lock", test_orphan_lock },
+		{ "owner-exit-shared", test_owner_exit_shared },
+		{ "userns-caps", test_userns_caps },
 	};
 	size_t i;
 

@@ -9,6 +9,8 @@
  *     0 and release nothing, the module frees the region anyway: the provider keeps the pin with
  *     the free callback armed on freed memory. With "uaf", FREE the allocation afterwards: the
  *     callback runs on the freed gdr_region (spin_lock + stores into freed slab memory).
+ *     The owner first unmaps the page open() maps into it (the anchor, issue 31 #11), which
+ *     otherwise keeps the file, and its pins, until the owner's exit.
  *   dofork
  *     MADV_DOFORK on the revocation area lets a forked child inherit it (VM_DONTCOPY undone).
  */
@@ -60,6 +62,7 @@ static void foreign_release(int uaf)
 	gdrfd = kt_gdr_open();
 	kt_expect(kt_gdr_pin(gdrfd, (uintptr_t)b, len, 0, &p), 0, "PIN by the owner");
 	kt_sim_expect(sim, 1, 0, 1, "the provider holds the pin");
+	kt_diag("the owner unmapped %d anchor(s)", kt_gdr_drop_anchors());
 	kt_check(param("gdrcache", "pins") == 1, "gdrcache pins = 1");
 
 	pid = clone(child_close, stack + sizeof(stack), CLONE_FILES | SIGCHLD, NULL);

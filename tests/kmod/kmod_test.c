@@ -243,6 +243,25 @@ int kt_gdr_open(void)
 	return fd;
 }
 
+int kt_gdr_drop_anchors(void)
+{
+	unsigned long lo[64], hi[64];
+	char line[512];
+	int n = 0, i;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return -errno;
+	while (n < 64 && fgets(line, sizeof(line), f))
+		if (strstr(line, "/dev/gdrcache") && sscanf(line, "%lx-%lx", &lo[n], &hi[n]) == 2)
+			n++;
+	fclose(f);
+	for (i = 0; i < n; i++)
+		if (munmap((void *)lo[i], hi[i] - lo[i]))
+			return -errno;
+	return n;
+}
+
 int kt_gdr_version(int fd, struct gdrcache_version *v)
 {
 	memset(v, 0, sizeof(*v));

@@ -51,6 +51,9 @@ unsigned long long kt_taint(void);
 int kt_read_events(int fd, struct gdrcache_event *ev, size_t n);
 
 int kt_gdr_open(void);
+/* munmap() every mapping of /dev/gdrcache in this process (open()'s anchors among them): how
+ * many, or -errno. Without its anchor, only the owner's close() ends a file. */
+int kt_gdr_drop_anchors(void);
 int kt_gdr_version(int fd, struct gdrcache_version *v);
 int kt_gdr_pin(int fd, uint64_t va, uint64_t len, uint32_t flags, struct gdrcache_pin *out);
 int kt_gdr_unpin(int fd, uint64_t handle);

@@ -96,6 +96,8 @@
 #define SIM_MAX_ALLOC		(1ULL << 30)
 #define SIM_MAX_TOMBSTONES	4096
 #define SIM_MAX_CB_DELAY_US	1000000
+/* Longest wait of a put_pages at the closed gate (FAULT_PUT_GATE): tests never hang. */
+#define SIM_PUT_GATE_MAX	(30 * HZ)
 /* What a failed get_pages leaves in *page_table: NVIDIA leaves freed memory. */
 #define SIM_POISON_PT		((struct nvidia_p2p_page_table *)0xdead0000000ba5e0UL)
 
@@ -433,6 +435,31 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
 
+/*
+ * FAULT_PUT_GATE: hold put_pages here, outside sim_lock, while the gate is
+ * closed (30 s at most), so that a test can look at what else may run while a
+ * client is inside put_pages (issue 31 #9: another owner's ioctl).
+ */
+static bool sim_put_gate;
+static atomic_t sim_put_gated = ATOMIC_INIT(0);
+static DECLARE_WAIT_QUEUE_HEAD(sim_gate_wq);
+
+static void sim_put_gate_wait(void)
+{
+	if (!READ_ONCE(sim_put_gate))
+		return;
+	atomic_inc(&sim_put_gated);
+	wait_event_timeout(sim_gate_wq, !READ_ONCE(sim_put_gate), SIM_PUT_GATE_MAX);
+	atomic_dec(&sim_put_gated);
+}
+
+static void sim_put_gate_set(bool closed)
+{
+	WRITE_ONCE(sim_put_gate, closed);
+	if (!closed)
+		wake_up_all(&sim_gate_wq);
+}
+
 /* Caller holds sim_lock. Is current dispatching a callback? */
 static bool sim_in_callback(void)
 {
@@ -454,6 +481,7 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 	if (!page_table)
 		return 0;
 
+	sim_put_gate_wait();
 	mutex_lock(&sim_lock);
 	if (sim_in_callback()) {
 		mutex_unlock(&sim_lock);
@@ -799,6 +827,13 @@ static long sim_ioctl_set_fault(void __user *uarg)
 		sim_put_enomem_next = 0;
 		sim_get_delay_us = 0;
 		sim_get_err = 0;
+		sim_put_gate_set(false);
+		break;
+	case NVP2P_SIM_FAULT_PUT_GATE:
+		if (f.value > 1)
+			ret = -EINVAL;
+		else
+			sim_put_gate_set(f.value);
 		break;
 	case NVP2P_SIM_FAULT_ENOMEM_AFTER:
 		sim_enomem_after = f.value;
@@ -847,6 +882,7 @@ static long sim_ioctl_get_stats(void __user *uarg)
 	mutex_lock(&sim_lock);
 	s = sim_stats;
 	mutex_unlock(&sim_lock);
+	s.put_gated = atomic_read(&sim_put_gated);
 	if (copy_to_user(uarg, &s, sizeof(s)))
 		return -EFAULT;
 	return 0;

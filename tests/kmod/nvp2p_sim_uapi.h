@@ -49,6 +49,9 @@ struct nvp2p_sim_fault {
 #define NVP2P_SIM_FAULT_GET_ERR         6 /* the next get_pages / get_pages_persistent fails with -value, one of the
 					   * codes NVIDIA's nvidia_p2p_map_status() returns: EINVAL, ENOMEM, EIO,
 					   * ENOTSUPP (524), EBUSY, ENODEV; 0 = off */
+#define NVP2P_SIM_FAULT_PUT_GATE        7 /* value 1: every put_pages waits at a closed gate, before anything else,
+					   * until value 0 (or FAULT_NONE) opens it, 30 s at most; stats.put_gated
+					   * counts the calls waiting there (a test holds one put_pages in flight) */
 
 struct nvp2p_sim_stats {
 	__u64 outstanding_pins;        /* callback-mode page tables not yet put or freed */
@@ -56,7 +59,8 @@ struct nvp2p_sim_stats {
 	__u64 allocations;             /* live allocations */
 	__u64 callbacks_fired;         /* free callbacks called since load */
 	__u64 total_pins;              /* successful get_pages since load */
-	__u64 reserved[3];
+	__u64 put_gated;               /* put_pages calls waiting at the closed gate now (FAULT_PUT_GATE) */
+	__u64 reserved[2];
 };
 
 #define NVP2P_SIM_IOCTL_MAGIC 0xDD

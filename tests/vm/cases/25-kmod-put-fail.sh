@@ -3,6 +3,7 @@
 # nvidia_p2p_put_pages fails (tests/kmod/kmod_harden_test.c, issue 10 #10): the region is orphaned,
 # the free callback or a retry finishes it, a persistent pin is retried, and gdrcache.ko can not be
 # unloaded meanwhile.
+# vm-debug-pass: yes
 if [ ! -c /dev/gdrcache ] || [ ! -c /dev/nvp2p_sim ]; then
 	echo "gdrcache.ko or nvp2p_sim.ko not loaded"
 	exit 77

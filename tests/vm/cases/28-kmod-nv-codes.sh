@@ -7,6 +7,7 @@
 #                callback, never counted given back while NVIDIA holds it
 #   get-errors   -EINVAL, -ENOMEM, -EIO, -ENOTSUPP, -EBUSY, -ENODEV from get_pages (callback and
 #                persistent) reach PIN as clear errnos (-ENOTSUPP as -EOPNOTSUPP), nothing left behind
+# vm-debug-pass: yes
 if [ ! -c /dev/gdrcache ] || [ ! -c /dev/nvp2p_sim ]; then
 	echo "gdrcache.ko or nvp2p_sim.ko not loaded"
 	exit 77
