@@ -38,13 +38,30 @@
  * Installs are serialised by a mutex; gdr_patch_is_patched reads the table without it (entries
  * are filled before the count that publishes them). Patches are never removed.
  *
+ * Another patcher's jump at the entry (UCX's bistro: docs/FACTS.md, "Two patchers"). UCX writes
+ * `jmp rel32` (E9) where its hook is within +-2 GiB, else `movabs $hook, %rax; jmp *%rax`
+ * (x86-64), and `ldr x15, #8; br x15; .quad hook` (aarch64), after holding the entry on a jump to
+ * itself (EB FE, `b .`) for a grace time; it relocates only the prologue instructions it knows, so
+ * it refuses an entry that is our jump (its decoder knows no E9, B or FF), writing nothing. Here:
+ * an E9, a movabs (10 bytes), B or LDR+BR at the entry is ONE instruction covering the branch this
+ * patcher writes, so a thread is before it or past it (past the movabs, %rax is loaded and the
+ * jmp *%rax after it is untouched), and it is replaced in one atomic store without
+ * GDR_PATCH_QUIESCENT; orig is an absolute jump to where it went, so it depends on no byte of the
+ * entry: if UCX wrote its saved bytes back (its library never does), orig would still be right.
+ * (Moving the movabs as an ordinary instruction would make orig return into the entry, at the
+ * jmp *%rax, which a restore turns into the middle of the original prologue.)
+ * The recognisers below know the architectures' encodings, which belong in arch/ (they are here
+ * until arch/ can take them: one file per concern).
+ *
  * Nothing here allocates from the heap or logs: install time may be inside the dynamic loader's
  * or a sanitizer's own start-up; failures come back as -errno and a static reason.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -98,6 +115,7 @@ struct mapping {
 	uintptr_t start, end;
 	int prot;
 	bool stack;
+	bool file; /* a file's mapping (inode not 0): a loaded object's code, not a trampoline */
 };
 
 /* Fills m from one line of /proc/self/maps: 0, or -EINVAL if it does not parse. */
@@ -114,6 +132,11 @@ static int parse_line(const char *line, struct mapping *m)
 	m->prot = (p[1] == 'r' ? PROT_READ : 0) | (p[2] == 'w' ? PROT_WRITE : 0) |
 		  (p[3] == 'x' ? PROT_EXEC : 0);
 	m->stack = strstr(p, "[stack") != NULL;
+	{
+		unsigned long inode = 0;
+
+		m->file = sscanf(p, " %*4s %*x %*x:%*x %lu", &inode) == 1 && inode != 0;
+	}
 	return 0;
 }
 
@@ -324,6 +347,120 @@ static void slot_unwrite(const uint8_t *slot)
 			pages[i].used -= GDR_PATCH_SLOT;
 }
 
+/* ---- Another patcher's jump at the entry ------------------------------------------------------ */
+
+struct jump {
+	uintptr_t dest; /* where it goes (0: through a pointer, at ptr) */
+	uintptr_t ptr;  /* x86-64 jmp *disp(%rip): the address of the pointer it jumps through */
+	unsigned len;   /* bytes of its first instruction */
+	bool chain; /* one instruction covering the entry's branch: replaced, orig jumps to dest */
+	const char *form; /* what it is, for gdr_patch_foreign's text */
+};
+
+static int64_t sext(uint64_t v, unsigned bits)
+{
+	return (int64_t)(v << (64 - bits)) >> (64 - bits);
+}
+
+/* Whether the entry at t, whose first avail bytes are code, begins with a jump (*j filled). */
+static bool jump_at(uintptr_t t, const uint8_t *code, size_t avail, struct jump *j)
+{
+	memset(j, 0, sizeof(*j));
+#if defined(__x86_64__)
+	if (avail >= 5 && code[0] == 0xe9) { /* jmp rel32: UCX's near form */
+		int32_t rel;
+
+		memcpy(&rel, code + 1, sizeof(rel));
+		*j = (struct jump){ .dest = t + 5 + (uintptr_t)(intptr_t)rel,
+				    .len = 5,
+				    .chain = true,
+				    .form = "jmp rel32" };
+		return true;
+	}
+	if (avail >= 2 && code[0] == 0xeb) { /* jmp rel8 (EB FE: UCX's lock) */
+		*j = (struct jump){ .dest = t + 2 + (uintptr_t)sext(code[1], 8),
+				    .len = 2,
+				    .form = "jmp rel8" };
+		return true;
+	}
+	if (avail >= 6 && code[0] == 0xff && code[1] == 0x25) { /* jmp *disp32(%rip) */
+		int32_t rel;
+
+		memcpy(&rel, code + 2, sizeof(rel));
+		*j = (struct jump){ .ptr = t + 6 + (uintptr_t)(intptr_t)rel,
+				    .len = 6,
+				    .form = "jmp *(%rip)" };
+		return true;
+	}
+	/* movabs $imm64, %reg; jmp *%reg: UCX's far form (%rax), or through r8-r15 */
+	if (avail >= 12 && (code[0] & 0xfe) == 0x48 && (code[1] & 0xf8) == 0xb8) {
+		unsigned reg = (code[1] & 7) | (code[0] & 1) << 3;
+		bool jmp_reg = reg < 8 ? code[10] == 0xff && code[11] == 0xe0 + reg
+				       : avail >= 13 && code[10] == 0x41 && code[11] == 0xff &&
+						 code[12] == 0xe0 + (reg - 8);
+		uint64_t imm;
+
+		if (!jmp_reg)
+			return false;
+		memcpy(&imm, code + 2, sizeof(imm));
+		*j = (struct jump){
+			.dest = imm, .len = 10, .chain = true, .form = "movabs+jmp *reg"
+		};
+		return true;
+	}
+#elif defined(__aarch64__)
+	uint32_t insn, next;
+
+	if (avail < 4)
+		return false;
+	memcpy(&insn, code, sizeof(insn));
+	if ((insn & 0xfc000000) == 0x14000000) { /* B (b .: UCX's lock) */
+		*j = (struct jump){ .dest = t + (uintptr_t)(sext(insn & 0x03ffffff, 26) * 4),
+				    .len = 4,
+				    .chain = true,
+				    .form = "B" };
+		return true;
+	}
+	if ((insn & 0xff000000) == 0x58000000 && avail >= 8) { /* LDR Xn, literal; BR Xn: UCX's */
+		int64_t off = sext(insn >> 5 & 0x7ffff, 19) * 4;
+		uint64_t dest;
+
+		memcpy(&next, code + 4, sizeof(next));
+		if (next != (0xd61f0000 | (insn & 31) << 5))
+			return false;
+		if (off < 8 || (uint64_t)off + 8 > avail) /* the literal among the bytes read */
+			return false;
+		memcpy(&dest, code + off, sizeof(dest));
+		*j = (struct jump){ .dest = dest, .len = 4, .chain = true, .form = "LDR+BR" };
+		return true;
+	}
+#else
+	(void)t, (void)code, (void)avail;
+#endif
+	return false;
+}
+
+/* An absolute jump to dest at out (GDR_PATCH_MAX_MOVED bytes): its length, or 0. */
+static unsigned abs_jump(uint8_t *out, uintptr_t dest)
+{
+#if defined(__x86_64__)
+	static const uint8_t jmp[6] = { 0xff, 0x25, 0, 0, 0, 0 }; /* jmp *0(%rip) */
+
+	memcpy(out, jmp, sizeof(jmp));
+	memcpy(out + sizeof(jmp), &dest, sizeof(dest));
+	return sizeof(jmp) + sizeof(dest);
+#elif defined(__aarch64__)
+	static const uint32_t jmp[2] = { 0x58000050, 0xd61f0200 }; /* ldr x16, #8; br x16 */
+
+	memcpy(out, jmp, sizeof(jmp));
+	memcpy(out + sizeof(jmp), &dest, sizeof(dest));
+	return sizeof(jmp) + sizeof(dest);
+#else
+	(void)out, (void)dest;
+	return 0;
+#endif
+}
+
 /* ---- Installing ------------------------------------------------------------------------------ */
 
 static int refuse(const char **why, const char *reason, int err)
@@ -477,6 +614,38 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 	return rc;
 }
 
+/* Chains the jump j at the entry: it is replaced by the branch to hook's stub, orig jumps to
+ * j->dest (0, or -errno with *why, nothing written). */
+static int install_chain(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
+			 const struct mapping *m, const struct jump *j, void *hook, void **orig,
+			 const char **why)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t jmp[GDR_PATCH_MAX_MOVED], *slot;
+	unsigned n = abs_jump(jmp, j->dest);
+
+	struct mapping dm;
+
+	if (!n || j->len < a->entry_len)
+		return refuse(why, "a jump at the entry that cannot be chained", -ENOTSUP);
+	/* A jump into a file's code (UCX's bistro jumps to its hook in libucm) is one whole
+	 * instruction: whoever wrote it returns past it. A jump into anonymous memory is a
+	 * trampoline's, maybe a one-byte form's, whose code returns inside the bytes a chain would
+	 * overwrite (another copy of libgdrcache: tests/events/edge_load.c, twice). */
+	if (find_mapping(j->dest, &dm) || !dm.file)
+		return refuse(why,
+			      "a jump at the entry into anonymous memory (another patcher's "
+			      "trampoline: a second libgdrcache?): not chained",
+			      -ENOTSUP);
+	if (a->can_store(target))
+		return refuse(why, "entry straddles what one atomic store can write", -EINVAL);
+	/* orig: the absolute jump (the branch back emit appends after it is never reached) */
+	slot = slot_write(a, target, jmp, n, hook, page);
+	if (!slot)
+		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+	return commit(a, target, code, m, slot, orig, a->entry_len, why);
+}
+
 /* Patches target (lock held). */
 static int install_locked(const struct gdr_patch_arch *a, void *target, void *hook, void **orig,
 			  unsigned flags, const char **why)
@@ -485,6 +654,7 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 	uintptr_t t = (uintptr_t)target;
 	uint8_t code[GDR_PATCH_MAX_MOVED], *slot;
 	struct mapping m;
+	struct jump j;
 	size_t avail;
 	int moved, rc;
 
@@ -503,6 +673,15 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		return refuse(why, "cannot read /proc/self/maps", rc);
 	avail = m.end - t < sizeof(code) ? m.end - t : sizeof(code);
 	memcpy(code, target, avail);
+	if (jump_at(t, code, avail, &j)) {
+		if (j.dest == t)
+			return refuse(why,
+				      "the entry jumps to itself: another patcher is writing it "
+				      "(UCX's bistro?)",
+				      -EBUSY);
+		if (j.chain)
+			return install_chain(a, target, code, &m, &j, hook, orig, why);
+	}
 	if (a->short_dest && !(flags & GDR_PATCH_NO_SHORT)) {
 		const char *short_why = NULL;
 
@@ -570,4 +749,74 @@ bool gdr_patch_is_patched(const void *fn)
 		if (patches[i].target == fn)
 			return true;
 	return false;
+}
+
+/* gdr_patch_foreign's text (under patch_lock while written). */
+static char foreign_text[160];
+
+/* The base name of an object's path ("" for none). */
+static const char *base_name(const char *path)
+{
+	const char *b = path ? strrchr(path, '/') : NULL;
+
+	return b ? b + 1 : path ? path : "";
+}
+
+/* Whether addr is readable for len bytes in one mapping. */
+static bool readable(uintptr_t addr, size_t len)
+{
+	struct mapping m;
+
+	return !find_mapping(addr, &m) && (m.prot & PROT_READ) && addr + len <= m.end;
+}
+
+int gdr_patch_foreign(const void *fn, const char **who)
+{
+	uintptr_t t = (uintptr_t)fn;
+	uint8_t code[GDR_PATCH_MAX_MOVED];
+	struct mapping m;
+	struct jump j;
+	Dl_info fi, di;
+	bool same;
+	size_t avail;
+	int rc = 0;
+
+	if (!fn || gdr_patch_is_patched(fn)) /* ours is not foreign */
+		return 0;
+	pthread_mutex_lock(&patch_lock);
+	if (find_mapping(t, &m) || !(m.prot & PROT_READ))
+		goto out;
+	avail = m.end - t < sizeof(code) ? m.end - t : sizeof(code);
+	memcpy(code, fn, avail);
+	if (!jump_at(t, code, avail, &j))
+		goto out;
+	if (j.ptr) {
+		if (!readable(j.ptr, sizeof(j.dest)))
+			goto out; /* not a jump that could run */
+		memcpy(&j.dest, (const void *)j.ptr, sizeof(j.dest));
+	}
+	if (j.dest == t) {
+		snprintf(foreign_text, sizeof(foreign_text),
+			 "a %s to itself (another patcher is writing the entry: UCX's bistro?)",
+			 j.form);
+		rc = 1;
+		goto out;
+	}
+	same = dladdr(fn, &fi) && dladdr((const void *)j.dest, &di) && fi.dli_fbase == di.dli_fbase;
+	if (same)
+		goto out;
+	if (dladdr((const void *)j.dest, &di) && di.dli_fname && *base_name(di.dli_fname))
+		snprintf(foreign_text, sizeof(foreign_text),
+			 "a %s into %s (another tool's patch: UCX's bistro?)", j.form,
+			 base_name(di.dli_fname));
+	else
+		snprintf(foreign_text, sizeof(foreign_text),
+			 "a %s to %#lx (another tool's patch: UCX's bistro?)", j.form,
+			 (unsigned long)j.dest);
+	rc = 1;
+out:
+	pthread_mutex_unlock(&patch_lock);
+	if (rc && who)
+		*who = foreign_text;
+	return rc;
 }

@@ -19,6 +19,14 @@
  * taken, the five-byte jump is written instead, which a thread stopped inside the moved
  * instructions would resume in the middle of: that form is used only when the caller says no
  * thread can be running the target (GDR_PATCH_QUIESCENT), else the install is refused (-EBUSY).
+ *
+ * An entry another tool patched first (UCX's bistro, UCX_MEM_CUDA_HOOK_MODE=bistro: docs/FACTS.md,
+ * "Two patchers") is chained where its jump is one instruction that covers the branch written
+ * here: x86-64 `jmp rel32` (E9) or `movabs $imm64, %reg; jmp *%reg` (UCX's far form: the
+ * movabs is one 10-byte instruction), aarch64 `B` or `LDR Xn, literal; BR Xn`. That instruction
+ * is replaced by the branch to the hook, in one atomic store, and orig jumps to where the other
+ * tool's jump went (its hook, which calls its own copy of the original): both hooks run, ours
+ * first. An entry that jumps to itself (UCX's lock while it writes) is -EBUSY.
  */
 #ifndef GDRCACHE_PATCH_H
 #define GDRCACHE_PATCH_H
@@ -35,12 +43,14 @@
  * the first hook in place). Patches are never undone.
  * Runs at install time only: reads /proc/self/maps, maps and protects pages; allocates nothing on
  * the heap, logs nothing. 0, or -errno with *why (static text; why may be NULL):
- *   -ENOTSUP  the entry holds an instruction the decoder does not know or cannot move (it may be
- *             a jump: already patched by someone else), or the architecture has no patcher
+ *   -ENOTSUP  the entry holds an instruction the decoder does not know or cannot move (a jump
+ *             other than those chained above: x86-64 `jmp rel8`, `jmp *(%rip)`), or the
+ *             architecture has no patcher
  *   -ENOMEM   no trampoline memory within branch reach of target, or the table of patches is full
  *   -EACCES   the target's page could not be made writable (W^X policy)
- *   -EBUSY    the entry changed while it was being patched (another patcher in the process), or
- *             only a multi-instruction rewrite was possible and flags lack GDR_PATCH_QUIESCENT
+ *   -EBUSY    the entry changed while it was being patched, or jumps to itself (another patcher
+ *             in the process is writing it), or only a multi-instruction rewrite was possible and
+ *             flags lack GDR_PATCH_QUIESCENT
  *   -EINVAL   target, hook or orig NULL, target not in mapped readable+executable memory, or
  *             the entry straddles what one atomic store can write (x86-64: [target, target + 5)
  *             in no aligned 16-byte block; aarch64: target not 4-byte aligned)
@@ -54,6 +64,15 @@ int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, con
 
 /* Whether fn is the entry of a function this process patched. Lock-free, async-signal-safe. */
 bool gdr_patch_is_patched(const void *fn);
+/* Whether fn's entry already begins with another tool's jump: 1 if its first instructions are a
+ * jump (x86-64: `jmp rel32`, `jmp rel8`, `movabs $imm64, %reg; jmp *%reg`, `jmp *disp(%rip)`;
+ * aarch64: `B`, `LDR Xn, literal; BR Xn`) whose destination lies outside the object that holds fn
+ * (dladdr), or to fn itself (a patcher writing it now); 0 otherwise, for fn NULL, an entry this
+ * process patched (our own patch is not foreign), or memory that is not mapped readable (read
+ * only where /proc/self/maps says it is: never faults). *who (who may be NULL) is set where 1 is
+ * returned: a static text naming the jump and its destination's object (or address), valid until
+ * the next call. Thread-safe; install-time cost (reads /proc/self/maps, calls dladdr). */
+int gdr_patch_foreign(const void *fn, const char **who);
 /* How many bytes of fn's entry were rewritten (x86-64: 1, the one-byte form, or 5; aarch64: 4);
  * 0 if fn is not patched. */
 unsigned gdr_patch_bytes(const void *fn);

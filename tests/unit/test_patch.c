@@ -47,9 +47,10 @@ int patch_test_flag; /* what the targets' RIP-relative instructions read */
 int patch_test_data[16];
 
 #define TARGETS(X)                                                                                 \
-	X(t_basic) X(t_cas16) X(t_conc) X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call)         \
-	X(t_jmp) X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3)       \
-	X(t_near) X(t_lc)
+	X(t_basic)                                                                                 \
+	X(t_cas16) X(t_conc) X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call) X(t_jmp)           \
+		X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3)        \
+			X(t_near) X(t_lc)
 #define NLC 32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart */
 #define LC_SIZE 64
 #define X(n) extern char n[];
@@ -61,63 +62,48 @@ TARGETS(X)
 #if defined(__x86_64__)
 /* libcuda 580.159.04's entry (docs/FACTS.md, "libcuda's entry bytes"): push rbp; mov rbp,rsp;
  * push r12; sub rsp,8; cmp [rip]. */
-#define LIBCUDA_BODY                                                                               \
+#define LIBCUDA_BODY                                                                                    \
 	"push %rbp\nmov %rsp, %rbp\npush %r12\nsub $8, %rsp\ncmpl $0x12345678, patch_test_flag(%rip)\n" \
 	"call patch_test_body\nadd $8, %rsp\npop %r12\npop %rbp\nret\n"
 #define LIBCUDA_TARGET(name, skip)                                                                 \
-	ASM_FN(name) ".p2align 4\n.if " #skip "\n.skip " #skip ", 0xcc\n.endif\n" #name ":\n"      \
-	LIBCUDA_BODY                                                                               \
+	ASM_FN(name)                                                                               \
+	".p2align 4\n.if " #skip "\n.skip " #skip ", 0xcc\n.endif\n" #name ":\n" LIBCUDA_BODY      \
 	".size " #name ", . - " #name "\n"
-__asm__(".pushsection .text\n"
-	LIBCUDA_TARGET(t_basic, 0)
-	LIBCUDA_TARGET(t_cas16, 4) /* [entry, entry + 5) in one 16-byte block, not one 8-byte word */
-	LIBCUDA_TARGET(t_two_a, 0)
-	LIBCUDA_TARGET(t_two_b, 3)
-	LIBCUDA_TARGET(t_straddle, 12) /* 5 bytes across a 16-byte boundary */
+__asm__(".pushsection .text\n" LIBCUDA_TARGET(t_basic, 0)
+		LIBCUDA_TARGET(t_cas16,
+			       4) /* [entry, entry + 5) in one 16-byte block, not one 8-byte word */
+	LIBCUDA_TARGET(t_two_a, 0) LIBCUDA_TARGET(t_two_b, 3)
+		LIBCUDA_TARGET(t_straddle, 12) /* 5 bytes across a 16-byte boundary */
 	/* One 7-byte instruction covers the jump: no thread can be inside what moves. (With
 	 * libcuda's three-instruction prologue a thread stopped after the first one resumes inside
 	 * the jump: 4 crashes in 40 patches with 8 threads calling on 2 cores; see patch.c.) */
 	ASM_FN(t_conc) ".p2align 4\nt_conc:\n.byte 0x48, 0x81, 0xec, 0x88, 0, 0, 0\n"
-	"call patch_test_body\nadd $0x88, %rsp\nret\n.size t_conc, . - t_conc\n"
-	ASM_FN(t_rip) ".p2align 4\nt_rip:\nmov patch_test_flag(%rip), %eax\nret\n"
-	ASM_FN(t_rip2) ".p2align 4\nt_rip2:\npush %rbp\nmov patch_test_flag(%rip), %eax\npop %rbp\nret\n"
-	ASM_FN(t_call) ".p2align 4\nt_call:\ncall patch_test_body\nret\n"
-	ASM_FN(t_jmp) ".p2align 4\nt_jmp:\njmp patch_test_body\n"
-	ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nud2\nnop\nnop\nnop\nret\n"
-	ASM_FN(t_rip3) ".p2align 4\nt_rip3:\npush %rbp\nmov patch_test_flag(%rip), %eax\npop %rbp\nret\n"
+		       "call patch_test_body\nadd $0x88, %rsp\nret\n.size t_conc, . - t_conc\n" ASM_FN(t_rip) ".p2align 4\nt_rip:\nmov patch_test_flag(%rip), %eax\nret\n" ASM_FN(t_rip2) ".p2align 4\nt_rip2:\npush %rbp\nmov patch_test_flag(%rip), %eax\npop %rbp\nret\n" ASM_FN(
+			       t_call) ".p2align 4\nt_call:\ncall patch_test_body\nret\n" ASM_FN(t_jmp) ".p2align 4\nt_jmp:\njmp patch_test_body\n" ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nud2\nnop\nnop\nnop\nret\n" ASM_FN(t_rip3) ".p2align 4\nt_rip3:\npush %rbp\nmov patch_test_flag(%rip), %eax\npop %rbp\nret\n"
 	/* push rbp; mov $0,%eax: bytes 1-4 (b8 00 00 00) name t_near + 189, inside this program's
 	 * text: the one-byte form's stub cannot go there */
 	ASM_FN(t_near) ".p2align 4\nt_near:\npush %rbp\nmov $0, %eax\npop %rbp\n"
-	"call patch_test_body\nret\n.skip 200, 0xcc\n"
+		       "call patch_test_body\nret\n.skip 200, 0xcc\n"
 	/* NLC copies of libcuda's entry, LC_SIZE bytes apart */
 	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
 	/* aarch64's cases do not exist here */
-	ASM_FN(t_adrp) "t_adrp:\n" ASM_FN(t_b) "t_b:\n" ASM_FN(t_ldr_lit) "t_ldr_lit:\n"
-	ASM_FN(t_cbz) "t_cbz:\nret\n"
-	".popsection\n");
+	ASM_FN(t_adrp) "t_adrp:\n" ASM_FN(t_b) "t_b:\n" ASM_FN(t_ldr_lit) "t_ldr_lit:\n" ASM_FN(
+		t_cbz) "t_cbz:\nret\n"
+		       ".popsection\n");
 #elif defined(__aarch64__)
 #define LIBCUDA_BODY                                                                               \
 	"stp x29, x30, [sp, #-16]!\nmov x29, sp\nbl patch_test_body\nldp x29, x30, [sp], #16\nret\n"
 #define LIBCUDA_TARGET(name)                                                                       \
 	ASM_FN(name) ".p2align 4\n" #name ":\n" LIBCUDA_BODY ".size " #name ", . - " #name "\n"
-__asm__(".pushsection .text\n"
-	LIBCUDA_TARGET(t_basic)
-	LIBCUDA_TARGET(t_cas16)
-	LIBCUDA_TARGET(t_conc)
-	LIBCUDA_TARGET(t_two_a)
-	LIBCUDA_TARGET(t_two_b)
-	ASM_FN(t_adrp) ".p2align 4\nt_adrp:\nadrp x16, patch_test_flag\nret\n"
-	ASM_FN(t_b) ".p2align 4\nt_b:\nb patch_test_body\n"
-	ASM_FN(t_ldr_lit) ".p2align 4\nt_ldr_lit:\nldr x0, 1f\nret\n1: .quad 0\n"
-	ASM_FN(t_cbz) ".p2align 4\nt_cbz:\ncbz x0, 1f\n1: ret\n"
-	ASM_FN(t_call) ".p2align 4\nt_call:\nbl patch_test_body\nret\n"
-	ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nmrs x0, tpidr_el0\nret\n"
-	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
+__asm__(".pushsection .text\n" LIBCUDA_TARGET(t_basic) LIBCUDA_TARGET(t_cas16) LIBCUDA_TARGET(
+	t_conc) LIBCUDA_TARGET(t_two_a) LIBCUDA_TARGET(t_two_b)
+		ASM_FN(t_adrp) ".p2align 4\nt_adrp:\nadrp x16, patch_test_flag\nret\n" ASM_FN(t_b) ".p2align 4\nt_b:\nb patch_test_body\n" ASM_FN(t_ldr_lit) ".p2align 4\nt_ldr_lit:\nldr x0, 1f\nret\n1: .quad 0\n" ASM_FN(
+			t_cbz) ".p2align 4\nt_cbz:\ncbz x0, 1f\n1: ret\n" ASM_FN(t_call) ".p2align 4\nt_call:\nbl patch_test_body\nret\n" ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nmrs x0, tpidr_el0\nret\n" ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY
+																											    ".endr\n"
 	/* x86-64's cases do not exist here */
-	ASM_FN(t_rip3) "t_rip3:\n" ASM_FN(t_near) "t_near:\nret\n"
-	ASM_FN(t_rip) "t_rip:\n" ASM_FN(t_rip2) "t_rip2:\n" ASM_FN(t_jmp) "t_jmp:\n"
-	ASM_FN(t_straddle) "t_straddle:\nret\n"
-	".popsection\n");
+	ASM_FN(t_rip3) "t_rip3:\n" ASM_FN(t_near) "t_near:\nret\n" ASM_FN(t_rip) "t_rip:\n" ASM_FN(
+		t_rip2) "t_rip2:\n" ASM_FN(t_jmp) "t_jmp:\n" ASM_FN(t_straddle) "t_straddle:\nret\n"
+										".popsection\n");
 #endif
 
 #define A1 0x0101010101010101L
@@ -132,7 +118,7 @@ __asm__(".pushsection .text\n"
 #define HOOK(n)                                                                                    \
 	static fn6 n##_orig;                                                                       \
 	static atomic_long n##_hits;                                                               \
-	static long n##_hook(long a, long b, long c, long d, long e, long f)                      \
+	static long n##_hook(long a, long b, long c, long d, long e, long f)                       \
 	{                                                                                          \
 		fn6 o = __atomic_load_n(&n##_orig, __ATOMIC_ACQUIRE);                              \
 		atomic_fetch_add(&n##_hits, 1);                                                    \
@@ -189,8 +175,9 @@ static void test_basic(void **state)
 	assert_int_equal(call6(before), EXPECTED);
 	assert_false(gdr_patch_is_patched(t_basic));
 
-	assert_int_equal(gdr_patch_install(t_basic, (void *)t_basic_hook, (void **)&t_basic_orig,
-					   0, &why), 0);
+	assert_int_equal(gdr_patch_install(t_basic, (void *)t_basic_hook, (void **)&t_basic_orig, 0,
+					   &why),
+			 0);
 	assert_non_null(t_basic_orig);
 	assert_true(gdr_patch_is_patched(t_basic));
 	assert_false(gdr_patch_is_patched(t_cas16));
@@ -240,7 +227,8 @@ static void test_cas16(void **state)
 	assert_int_equal((uintptr_t)t_cas16 & 15, 4);
 #endif
 	assert_int_equal(gdr_patch_install(t_cas16, (void *)t_cas16_hook, (void **)&t_cas16_orig,
-					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why),
+			 0);
 	assert_int_equal(call6((fn6)(void *)t_cas16), EXPECTED + HOOKED);
 	assert_int_equal(call6(t_cas16_orig), EXPECTED);
 	assert_int_equal(atomic_load(&t_cas16_hits), 1);
@@ -254,9 +242,11 @@ static void test_two(void **state)
 	(void)state;
 
 	assert_int_equal(gdr_patch_install(t_two_a, (void *)t_two_a_hook, (void **)&t_two_a_orig,
-					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why),
+			 0);
 	assert_int_equal(gdr_patch_install(t_two_b, (void *)t_two_b_hook, (void **)&t_two_b_orig,
-					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why), 0);
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why),
+			 0);
 	assert_true(t_two_a_orig != t_two_b_orig);
 	assert_int_equal((uintptr_t)t_two_a_orig / pg, (uintptr_t)t_two_b_orig / pg);
 	assert_int_equal(call6((fn6)(void *)t_two_a), EXPECTED + HOOKED);
@@ -294,20 +284,18 @@ static void test_refused(void **state)
 	(void)state;
 
 #if defined(__x86_64__)
-	refused(t_rip, -ENOTSUP);	/* RIP-relative first instruction */
-	refused(t_rip2, -ENOTSUP);	/* RIP-relative second instruction */
+	refused(t_rip, -ENOTSUP);  /* RIP-relative first instruction */
+	refused(t_rip2, -ENOTSUP); /* RIP-relative second instruction */
 	refused(t_call, -ENOTSUP);
-	refused(t_jmp, -ENOTSUP);
-	refused(t_unknown, -ENOTSUP);	/* ud2 */
-	refused(t_straddle, -EINVAL);	/* [entry, entry + 5) across 16 bytes */
+	refused(t_unknown, -ENOTSUP); /* ud2 */
+	refused(t_straddle, -EINVAL); /* [entry, entry + 5) across 16 bytes */
 	assert_int_equal((uintptr_t)t_straddle & 15, 12);
 #elif defined(__aarch64__)
 	refused(t_adrp, -ENOTSUP);
-	refused(t_b, -ENOTSUP);
-	refused(t_ldr_lit, -ENOTSUP);
+	refused(t_ldr_lit, -ENOTSUP); /* an LDR literal not followed by BR of its register */
 	refused(t_cbz, -ENOTSUP);
-	refused(t_call, -ENOTSUP);	/* BL */
-	refused(t_unknown, -ENOTSUP);	/* MRS */
+	refused(t_call, -ENOTSUP);    /* BL */
+	refused(t_unknown, -ENOTSUP); /* MRS */
 	assert_int_equal(gdr_patch_arch()->can_store(t_basic + 2), -EINVAL);
 #endif
 	/* Not code; NULL arguments. */
@@ -316,6 +304,28 @@ static void test_refused(void **state)
 	assert_int_equal(gdr_patch_install(t_conc, NULL, &orig, 0, &why), -EINVAL);
 	assert_int_equal(gdr_patch_install(t_conc, (void *)other_hook, NULL, 0, &why), -EINVAL);
 	assert_int_equal(gdr_patch_install(NULL, NULL, NULL, 0, NULL), -EINVAL); /* why NULL */
+}
+
+/* An entry that is one jump (x86-64 jmp rel32, aarch64 B: another patcher's, or a thunk) is
+ * chained without GDR_PATCH_QUIESCENT: the jump replaced by ours, orig an absolute jump to where
+ * it went (tests/unit/test_two_patchers.c: UCX's forms). */
+static void test_chain_jump(void **state)
+{
+#if defined(__x86_64__)
+	void *target = t_jmp;
+#else
+	void *target = t_b;
+#endif
+	const char *why = NULL;
+	fn6 o = NULL;
+	(void)state;
+
+	if (gdr_patch_install(target, (void *)other_hook, (void **)&o, 0, &why))
+		fail_msg("a jump at the entry refused: %s", why);
+	assert_true(gdr_patch_is_patched(target));
+	assert_int_equal(call6((fn6)target), other_hook(A1, A2, A3, A4, A5, A6)); /* the hook */
+	assert_int_equal(call6(o), EXPECTED);                 /* orig: the jump's destination */
+	assert_int_equal(gdr_patch_foreign(target, &why), 0); /* ours, and to its own object */
 }
 
 /* The calling threads' progress, waited for: its deadline (times GDR_TEST_WAIT_SCALE), for what
@@ -361,7 +371,8 @@ static void *conc_thread(void *arg)
 
 		conc_in_hook = false;
 		r = fp(A1 + i, A2, A3, A4, A5, A6 - i);
-		want_r = patch_test_body(A1 + i, A2, A3, A4, A5, A6 - i) + (conc_in_hook ? HOOKED : 0);
+		want_r = patch_test_body(A1 + i, A2, A3, A4, A5, A6 - i) +
+			 (conc_in_hook ? HOOKED : 0);
 		if (r != want_r)
 			atomic_fetch_add(&conc_wrong, 1);
 		if (after && !conc_in_hook)
@@ -383,7 +394,8 @@ static void test_concurrent(void **state)
 	(void)state;
 
 	for (long i = 0; i < CONC_THREADS; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, conc_thread, (void *)(uintptr_t)i), 0);
+		assert_int_equal(pthread_create(&th[i], NULL, conc_thread, (void *)(uintptr_t)i),
+				 0);
 	if (!calls_reach(&conc_calls, 10000, &ms, gdr_deadline_ms(WAIT_MS))) {
 		atomic_store(&conc_stop, true);
 		for (int i = 0; i < CONC_THREADS; i++)
@@ -472,12 +484,14 @@ static void test_concurrent_libcuda_entry(void **state)
 			if (i) /* not joined: they may be stuck in a patched target */
 				fail_msg("the calling threads made %ld calls in %lld s after "
 					 "target %d was patched",
-					 atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS), i - 1);
+					 atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS),
+					 i - 1);
 			for (int k = 0; k < CONC_THREADS; k++)
 				pthread_join(th[k], NULL);
 			print_message("%d threads made %ld calls of an unpatched target in %lld s: "
 				      "too slow a machine for the case\n",
-				      CONC_THREADS, atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS));
+				      CONC_THREADS, atomic_load(&lc_calls) - calls,
+				      gdr_deadline_s(WAIT_MS));
 			skip();
 		}
 		if (gdr_patch_install(t_lc + (size_t)i * LC_SIZE, (void *)lc_hook,
@@ -518,7 +532,8 @@ static void test_short_form(void **state)
 
 	refused_flags(t_near, -EBUSY, 0);
 	memcpy(old, t_near, sizeof(old));
-	assert_int_equal(gdr_patch_install(t_near, (void *)other_hook, &on, GDR_PATCH_QUIESCENT, &why),
+	assert_int_equal(gdr_patch_install(t_near, (void *)other_hook, &on, GDR_PATCH_QUIESCENT,
+					   &why),
 			 0);
 	assert_int_equal((uint8_t)t_near[0], 0xe9);
 	assert_memory_not_equal(t_near + 1, old + 1, 4); /* the five-byte form */
@@ -561,7 +576,8 @@ static void test_short_form_outside(void **state)
 	refused_flags(p, -EBUSY, 0);
 	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, 0, &why), -EBUSY);
 	assert_non_null(strstr(why, "past the top"));
-	assert_true(strlen(why) + sizeof("cuMemAlloc_v2: ") <= 116); /* gdr_intercept_stats.reason */
+	assert_true(strlen(why) + sizeof("cuMemAlloc_v2: ") <=
+		    116); /* gdr_intercept_stats.reason */
 	assert_null(strstr(why, "taken"));
 
 	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, GDR_PATCH_QUIESCENT, &why),
@@ -622,7 +638,8 @@ static void test_fake_driver(void **state)
 	n0 = calls("cuMemFree_v2");
 
 	assert_int_equal(gdr_patch_install((void *)before, (void *)fake_free_hook,
-					   (void **)&fake_free_orig, 0, &why), 0);
+					   (void **)&fake_free_orig, 0, &why),
+			 0);
 	assert_int_equal(before(0x1000), r0);
 	assert_int_equal(atomic_load(&fake_free_hits), 1);
 	assert_int_equal(gpa2("cuMemFree", &fn, 12000, 0, &status), 0);
@@ -645,7 +662,8 @@ static void test_fake_driver(void **state)
 	assert_non_null(fn);
 	refused(fn, -ENOTSUP);
 	assert_int_equal(gdr_patch_install(dlsym(h, "cuMemFreeAsync"), (void *)other_hook, &o,
-					   GDR_PATCH_QUIESCENT, &why), 0);
+					   GDR_PATCH_QUIESCENT, &why),
+			 0);
 }
 
 #if defined(__x86_64__)
@@ -656,53 +674,136 @@ struct dcase {
 	unsigned n;
 	uint8_t b[16];
 };
-#define OK(len, ...) { len, sizeof((uint8_t[]){ __VA_ARGS__ }), { __VA_ARGS__ } }
-#define NO(...) { -ENOTSUP, sizeof((uint8_t[]){ __VA_ARGS__ }), { __VA_ARGS__ } }
+#define OK(len, ...)                                                                               \
+	{                                                                                          \
+		len, sizeof((uint8_t[]){ __VA_ARGS__ }),                                           \
+		{                                                                                  \
+			__VA_ARGS__                                                                \
+		}                                                                                  \
+	}
+#define NO(...)                                                                                    \
+	{                                                                                          \
+		-ENOTSUP, sizeof((uint8_t[]){ __VA_ARGS__ }),                                      \
+		{                                                                                  \
+			__VA_ARGS__                                                                \
+		}                                                                                  \
+	}
 
 static const struct dcase dcases[] = {
 	/* libcuda 580's entry, instruction by instruction */
-	OK(1, 0x55), OK(3, 0x48, 0x89, 0xe5), OK(2, 0x41, 0x54), OK(4, 0x48, 0x83, 0xec, 0x08),
+	OK(1, 0x55),
+	OK(3, 0x48, 0x89, 0xe5),
+	OK(2, 0x41, 0x54),
+	OK(4, 0x48, 0x83, 0xec, 0x08),
 	NO(0x81, 0x3d, 1, 2, 3, 4, 5, 6, 7, 8),
 	/* endbr64 */
-	OK(4, 0xf3, 0x0f, 0x1e, 0xfa), NO(0xf3, 0x0f, 0x1e, 0xfb), NO(0xf3, 0x90), NO(0xf3, 0x0f, 0x1e),
+	OK(4, 0xf3, 0x0f, 0x1e, 0xfa),
+	NO(0xf3, 0x0f, 0x1e, 0xfb),
+	NO(0xf3, 0x90),
+	NO(0xf3, 0x0f, 0x1e),
 	/* push */
-	OK(1, 0x50), OK(1, 0x57), OK(2, 0x41, 0x50), OK(2, 0x41, 0x57), NO(0x48, 0x55), NO(0x40, 0x55),
-	NO(0x41), NO(0x41, 0x58), NO(0xff, 0x35, 0, 0, 0, 0),
+	OK(1, 0x50),
+	OK(1, 0x57),
+	OK(2, 0x41, 0x50),
+	OK(2, 0x41, 0x57),
+	NO(0x48, 0x55),
+	NO(0x40, 0x55),
+	NO(0x41),
+	NO(0x41, 0x58),
+	NO(0xff, 0x35, 0, 0, 0, 0),
 	/* register to register */
-	OK(3, 0x48, 0x8b, 0xec), OK(3, 0x4c, 0x89, 0xe7), OK(3, 0x49, 0x89, 0xfc), OK(2, 0x89, 0xc0),
-	OK(2, 0x8b, 0xf8), OK(2, 0x31, 0xc0), OK(3, 0x45, 0x31, 0xc0), OK(2, 0x33, 0xd2),
-	OK(3, 0x48, 0x29, 0xc4), OK(3, 0x48, 0x01, 0xc4), OK(2, 0x85, 0xff), OK(3, 0x48, 0x39, 0xf7),
-	OK(2, 0x2b, 0xc1), OK(2, 0x03, 0xc1), OK(2, 0x3b, 0xc1),
-	NO(0x48, 0x89, 0x45, 0xf8), NO(0x48, 0x89, 0x04, 0x24), NO(0x48, 0x8b, 0x05, 1, 2, 3, 4),
-	NO(0x8b, 0x05, 1, 2, 3, 4), NO(0x48, 0x8b), NO(0x89),
+	OK(3, 0x48, 0x8b, 0xec),
+	OK(3, 0x4c, 0x89, 0xe7),
+	OK(3, 0x49, 0x89, 0xfc),
+	OK(2, 0x89, 0xc0),
+	OK(2, 0x8b, 0xf8),
+	OK(2, 0x31, 0xc0),
+	OK(3, 0x45, 0x31, 0xc0),
+	OK(2, 0x33, 0xd2),
+	OK(3, 0x48, 0x29, 0xc4),
+	OK(3, 0x48, 0x01, 0xc4),
+	OK(2, 0x85, 0xff),
+	OK(3, 0x48, 0x39, 0xf7),
+	OK(2, 0x2b, 0xc1),
+	OK(2, 0x03, 0xc1),
+	OK(2, 0x3b, 0xc1),
+	NO(0x48, 0x89, 0x45, 0xf8),
+	NO(0x48, 0x89, 0x04, 0x24),
+	NO(0x48, 0x8b, 0x05, 1, 2, 3, 4),
+	NO(0x8b, 0x05, 1, 2, 3, 4),
+	NO(0x48, 0x8b),
+	NO(0x89),
 	/* immediate to register */
-	OK(4, 0x48, 0x83, 0xc4, 0x08), OK(4, 0x48, 0x83, 0xe4, 0xf0), OK(3, 0x83, 0xe8, 0x01),
-	OK(7, 0x48, 0x81, 0xec, 0x88, 0, 0, 0), OK(7, 0x48, 0x81, 0xc4, 0x88, 0, 0, 0),
-	OK(6, 0x81, 0xe7, 0xff, 0, 0, 0), OK(4, 0x49, 0x83, 0xec, 0x08),
-	NO(0x48, 0x83, 0xfc, 0x08) /* cmp */, NO(0x48, 0x83, 0xcc, 0x08) /* or */,
-	NO(0x48, 0x83, 0xc8, 0x08), NO(0x48, 0x83, 0x6c, 0x24, 0x08, 0x01) /* memory */,
-	NO(0x83, 0x3d, 1, 2, 3, 4, 5) /* cmp [rip] */, NO(0x48, 0x81, 0xec, 0x88, 0, 0),
+	OK(4, 0x48, 0x83, 0xc4, 0x08),
+	OK(4, 0x48, 0x83, 0xe4, 0xf0),
+	OK(3, 0x83, 0xe8, 0x01),
+	OK(7, 0x48, 0x81, 0xec, 0x88, 0, 0, 0),
+	OK(7, 0x48, 0x81, 0xc4, 0x88, 0, 0, 0),
+	OK(6, 0x81, 0xe7, 0xff, 0, 0, 0),
+	OK(4, 0x49, 0x83, 0xec, 0x08),
+	NO(0x48, 0x83, 0xfc, 0x08) /* cmp */,
+	NO(0x48, 0x83, 0xcc, 0x08) /* or */,
+	NO(0x48, 0x83, 0xc8, 0x08),
+	NO(0x48, 0x83, 0x6c, 0x24, 0x08, 0x01) /* memory */,
+	NO(0x83, 0x3d, 1, 2, 3, 4, 5) /* cmp [rip] */,
+	NO(0x48, 0x81, 0xec, 0x88, 0, 0),
 	NO(0x48, 0x83, 0xec),
-	OK(5, 0xb8, 1, 0, 0, 0), OK(5, 0xbf, 1, 0, 0, 0), OK(6, 0x41, 0xb8, 1, 0, 0, 0),
-	OK(10, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8), NO(0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7),
-	NO(0xb8, 1, 0, 0), NO(0x48, 0xc7, 0xc0, 1, 0, 0, 0),
+	OK(5, 0xb8, 1, 0, 0, 0),
+	OK(5, 0xbf, 1, 0, 0, 0),
+	OK(6, 0x41, 0xb8, 1, 0, 0, 0),
+	OK(10, 0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8),
+	NO(0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7),
+	NO(0xb8, 1, 0, 0),
+	NO(0x48, 0xc7, 0xc0, 1, 0, 0, 0),
 	/* nops */
-	OK(1, 0x90), OK(2, 0x66, 0x90), OK(3, 0x0f, 0x1f, 0x00), OK(4, 0x0f, 0x1f, 0x40, 0x00),
-	OK(5, 0x0f, 0x1f, 0x44, 0x00, 0x00), OK(6, 0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00),
-	OK(7, 0x0f, 0x1f, 0x80, 0, 0, 0, 0), OK(8, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0),
-	OK(9, 0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0), OK(3, 0x0f, 0x1f, 0xc0),
-	OK(8, 0x0f, 0x1f, 0x04, 0x25, 0, 0, 0, 0), NO(0x0f, 0x1f, 0x05, 0, 0, 0, 0),
-	NO(0x0f, 0x1f, 0x48, 0x00), NO(0x0f, 0x1f, 0x44, 0x00), NO(0x0f, 0x1f, 0x84, 0, 0, 0, 0),
-	NO(0x0f, 0x1f, 0x04), NO(0x0f, 0x1f), NO(0x66, 0x0f, 0x1f), NO(0x66, 0x2e, 0x0f, 0x1f, 0x84),
+	OK(1, 0x90),
+	OK(2, 0x66, 0x90),
+	OK(3, 0x0f, 0x1f, 0x00),
+	OK(4, 0x0f, 0x1f, 0x40, 0x00),
+	OK(5, 0x0f, 0x1f, 0x44, 0x00, 0x00),
+	OK(6, 0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00),
+	OK(7, 0x0f, 0x1f, 0x80, 0, 0, 0, 0),
+	OK(8, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0),
+	OK(9, 0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0),
+	OK(3, 0x0f, 0x1f, 0xc0),
+	OK(8, 0x0f, 0x1f, 0x04, 0x25, 0, 0, 0, 0),
+	NO(0x0f, 0x1f, 0x05, 0, 0, 0, 0),
+	NO(0x0f, 0x1f, 0x48, 0x00),
+	NO(0x0f, 0x1f, 0x44, 0x00),
+	NO(0x0f, 0x1f, 0x84, 0, 0, 0, 0),
+	NO(0x0f, 0x1f, 0x04),
+	NO(0x0f, 0x1f),
+	NO(0x66, 0x0f, 0x1f),
+	NO(0x66, 0x2e, 0x0f, 0x1f, 0x84),
 	NO(0x41, 0x90) /* xchg %eax, %r8d */,
 	/* branches, calls, returns */
-	NO(0xe8, 0, 0, 0, 0), NO(0xe9, 0, 0, 0, 0), NO(0xeb, 0), NO(0xff, 0x25, 0, 0, 0, 0),
-	NO(0xff, 0xd0), NO(0x41, 0xff, 0xe3), NO(0xc3), NO(0xc2, 0, 0), NO(0x74, 0), NO(0x7f, 0),
-	NO(0x0f, 0x84, 0, 0, 0, 0), NO(0xe3, 0), NO(0xf2, 0xc3),
+	NO(0xe8, 0, 0, 0, 0),
+	NO(0xe9, 0, 0, 0, 0),
+	NO(0xeb, 0),
+	NO(0xff, 0x25, 0, 0, 0, 0),
+	NO(0xff, 0xd0),
+	NO(0x41, 0xff, 0xe3),
+	NO(0xc3),
+	NO(0xc2, 0, 0),
+	NO(0x74, 0),
+	NO(0x7f, 0),
+	NO(0x0f, 0x84, 0, 0, 0, 0),
+	NO(0xe3, 0),
+	NO(0xf2, 0xc3),
 	/* other prefixes, unknown opcodes */
-	NO(0xf0, 0x48, 0x01, 0xc4), NO(0x2e, 0x90), NO(0x3e, 0x90), NO(0x64, 0x90), NO(0x65, 0x90),
-	NO(0x67, 0x90), NO(0xcc), NO(0x0f, 0x0b), NO(0xf4), NO(0x0f, 0x05), NO(0xc9),
-	NO(0x8d, 0x05, 0, 0, 0, 0), NO(0x48, 0x8d, 0x64, 0x24, 0x08),
+	NO(0xf0, 0x48, 0x01, 0xc4),
+	NO(0x2e, 0x90),
+	NO(0x3e, 0x90),
+	NO(0x64, 0x90),
+	NO(0x65, 0x90),
+	NO(0x67, 0x90),
+	NO(0xcc),
+	NO(0x0f, 0x0b),
+	NO(0xf4),
+	NO(0x0f, 0x05),
+	NO(0xc9),
+	NO(0x8d, 0x05, 0, 0, 0, 0),
+	NO(0x48, 0x8d, 0x64, 0x24, 0x08),
 };
 
 static int decode1(const uint8_t *b, unsigned n)
@@ -743,8 +844,17 @@ static int claimed(int rex, unsigned op)
 	if (rex == 0x41 && op >= 0x50 && op <= 0x57)
 		return 1;
 	switch (op) {
-	case 0x01: case 0x03: case 0x29: case 0x2b: case 0x31: case 0x33:
-	case 0x39: case 0x3b: case 0x85: case 0x89: case 0x8b:
+	case 0x01:
+	case 0x03:
+	case 0x29:
+	case 0x2b:
+	case 0x31:
+	case 0x33:
+	case 0x39:
+	case 0x3b:
+	case 0x85:
+	case 0x89:
+	case 0x8b:
 		return 2;
 	case 0x83:
 		return 3;
@@ -775,8 +885,8 @@ static void test_decoder_sweep(void **state)
 				want_len += k - 1;
 			rc = decode1(b, sizeof(b));
 			if (rc != want_len)
-				fail_msg("rex %02x op %02x: %d, expected %d", rexes[r] & 0xff, op, rc,
-					 want_len);
+				fail_msg("rex %02x op %02x: %d, expected %d", rexes[r] & 0xff, op,
+					 rc, want_len);
 		}
 	}
 	/* The immediate groups, every ModRM: only add, and, sub of a register. */
@@ -799,18 +909,18 @@ static void test_decoder_table(void **state)
 		uint32_t insn;
 		int len;
 	} c[] = {
-		{ 0xa9bf7bfd, 4 }, /* stp x29, x30, [sp, #-16]! */
-		{ 0x910003fd, 4 }, /* mov x29, sp */
-		{ 0xd503245f, 4 }, /* bti c */
-		{ 0xd503233f, 4 }, /* paciasp */
-		{ 0xd503201f, 4 }, /* nop */
-		{ 0xd10083ff, 4 }, /* sub sp, sp, #0x20 */
-		{ 0xf9000bf3, 4 }, /* str x19, [sp, #16] */
-		{ 0xa90153f3, 4 }, /* stp x19, x20, [sp, #16] */
-		{ 0xf81f0ffe, 4 }, /* str x30, [sp, #-16]! */
-		{ 0xf9400020, 4 }, /* ldr x0, [x1] */
-		{ 0xaa0103e0, 4 }, /* mov x0, x1 */
-		{ 0xd2800020, 4 }, /* mov x0, #1 */
+		{ 0xa9bf7bfd, 4 },        /* stp x29, x30, [sp, #-16]! */
+		{ 0x910003fd, 4 },        /* mov x29, sp */
+		{ 0xd503245f, 4 },        /* bti c */
+		{ 0xd503233f, 4 },        /* paciasp */
+		{ 0xd503201f, 4 },        /* nop */
+		{ 0xd10083ff, 4 },        /* sub sp, sp, #0x20 */
+		{ 0xf9000bf3, 4 },        /* str x19, [sp, #16] */
+		{ 0xa90153f3, 4 },        /* stp x19, x20, [sp, #16] */
+		{ 0xf81f0ffe, 4 },        /* str x30, [sp, #-16]! */
+		{ 0xf9400020, 4 },        /* ldr x0, [x1] */
+		{ 0xaa0103e0, 4 },        /* mov x0, x1 */
+		{ 0xd2800020, 4 },        /* mov x0, #1 */
 		{ 0x90000000, -ENOTSUP }, /* adrp */
 		{ 0x10000000, -ENOTSUP }, /* adr */
 		{ 0x14000000, -ENOTSUP }, /* b */
@@ -852,6 +962,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cas16),
 		cmocka_unit_test(test_two),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_chain_jump),
 		cmocka_unit_test(test_concurrent),
 		cmocka_unit_test(test_concurrent_libcuda_entry),
 		cmocka_unit_test(test_fake_driver),
