@@ -50,6 +50,9 @@
  *                          else 256M)
  *   GDRCACHE_BACKEND       how ranges are pinned: auto, kmod, dmabuf or peermem (default auto)
  *   GDRCACHE_VALIDATE      how a hit is proven: auto, tag or events (default auto)
+ *   GDRCACHE_INTERCEPT     patch libcuda's free entry points: auto; off (no free events, hits
+ *                          validated by tag, no out-of-memory relief); yield (off where another
+ *                          tool patched one) (default auto)
  *   GDRCACHE_STATS         write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1
  *                          or stderr, or appended to file:PATH (default 0)
  *   GDRCACHE_STATS_FORMAT  how the statistics are written: auto (text on stderr, json in a file),
@@ -121,6 +124,32 @@ enum gdr_log_level {
  */
 int gdr_set_log_level(int level);
 
+/*
+ * Route the library's log lines (and the preload's) into the caller's logger, for middleware whose
+ * users should see one format (NCCL's ncclDebugLogger_t, UCX's ucs_log): fn(arg, level, msg) is
+ * called for each line that passes the level and the per-site rate limit, with level a
+ * gdr_log_level and msg the text alone (no prefix, no newline; the default sink writes
+ * "gdrcache[pid:tid] time level: msg"). fn NULL restores the default sink (stderr or
+ * GDRCACHE_LOG_FILE). Process-wide; returns 0, or -ENOMEM (nothing changed). fn may be called
+ * from any thread at once, from inside an intercepted CUDA free and from the library's locked
+ * paths: it must not call the CUDA driver or libgdrcache, nor wait for a lock the calling thread
+ * may hold. msg lives until fn returns.
+ */
+typedef void (*gdr_log_fn)(void *arg, int level, const char *msg);
+int gdr_set_log_handler(gdr_log_fn fn, void *arg);
+
+/* Whether the library patches libcuda's free and allocation entry points (process-wide: decided
+ * when libcuda is first loaded, by GDRCACHE_INTERCEPT or the first cache's attribute). */
+enum gdr_intercept {
+	/* patch them, alongside another tool's patch at an entry (UCX's) where one is there */
+	GDR_INTERCEPT_AUTO = 0,
+	/* patch nothing: hits are validated by tag, no out-of-memory relief, no free events */
+	GDR_INTERCEPT_OFF = 1,
+	/* patch, unless another tool already patched an entry: then patch nothing (as OFF) and
+	 * say which tool's jump was found */
+	GDR_INTERCEPT_YIELD = 2,
+};
+
 /* Which fields of struct gdr_cache_attr are set; others take the environment or the default. */
 enum gdr_cache_attr_field {
 	GDR_CACHE_ATTR_MAX_BYTES = 1u << 0,
@@ -129,6 +158,7 @@ enum gdr_cache_attr_field {
 	GDR_CACHE_ATTR_BACKEND = 1u << 3,
 	GDR_CACHE_ATTR_VALIDATE = 1u << 4,
 	/* 1u << 5 was 0.1's log level: refused (unknown bit); use gdr_set_log_level */
+	GDR_CACHE_ATTR_INTERCEPT = 1u << 6,
 };
 
 struct gdr_cache_attr {
@@ -139,7 +169,10 @@ struct gdr_cache_attr {
 	int32_t backend;        /* enum gdr_backend */
 	int32_t validate;       /* enum gdr_validate */
 	uint32_t reserved0;     /* must be 0 (0.1's log_level: now gdr_set_log_level) */
-	uint32_t reserved;      /* must be 0 */
+	/* enum gdr_intercept, with GDR_CACHE_ATTR_INTERCEPT (was reserved: 0 is AUTO). It decides
+	 * only where it comes before libcuda is loaded (the first cache, before any other call that
+	 * loads it); a later cache that asks OFF validates by tag, takes no events, and is logged. */
+	uint32_t intercept;
 };
 
 /* What a registration's memory is. */
@@ -369,6 +402,116 @@ struct gdr_intercept_stats {
  * may grow at its end: fields past size are not written). Loads libcuda and installs the
  * interception if that was not done yet. Returns 0, or -EINVAL (stats NULL or size too small). */
 int gdr_intercept_get_stats(struct gdr_intercept_stats *stats, size_t size);
+
+/* ---- Free events for middleware that keeps its own cache -----------------------------------------
+ * What the library's caches rest on, for a registration cache of the caller's that makes its own MRs
+ * (DEVX, relaxed ordering, its own PD rules): learn, on the freeing thread and before the free
+ * returns, that GPU memory it registered is being freed. The events come from the interception of
+ * the driver's free entry points (every route a program reaches them by, in every way the library
+ * is loaded: gdr_intercept_get_stats); the library's own caches are one consumer of the same
+ * dispatch. Where the interception is not in effect (turned off by GDRCACHE_INTERCEPT, refused at
+ * start-up, no CUDA driver) nothing is ever reported: gdr_mem_events_state says so and why,
+ * gdr_mem_monitor_create fails with its error, and a caller validates by BUFFER_ID itself.
+ * How the anchors' interfaces map:
+ *   UCX  ucm_set_event_handler(UCM_EVENT_MEM_TYPE_FREE, cb)  a monitor with GDR_MONITOR_ALL and fn
+ *   libfabric fi_ops_mem_monitor subscribe / unsubscribe /   gdr_mem_monitor_subscribe /
+ *        valid, ofi_monitor_notify(addr, len)               _unsubscribe / _valid, fn
+ *   Open MPI rcache_invalidate_range(base, size)             what fn calls
+ *   a lock-free cursor of invalidations (no system call)   gdr_mem_events_head / _get
+ */
+enum gdr_mem_event_kind {
+	/* [start, start+len) is being freed; len 0: the whole allocation that starts at start
+	 * (cuMemFree, cuMemFreeAsync, cuMemFreeHost, cuIpcCloseMemHandle give no size) */
+	GDR_MEM_EVENT_FREE = 0,
+	/* [start, start+len) was just allocated: nothing registered before can rightly be there */
+	GDR_MEM_EVENT_ALLOC = 1,
+	/* a context was destroyed or reset, or a primary context's last reference may have been
+	 * released: any GPU memory may be gone (start 0, len UINT64_MAX) */
+	GDR_MEM_EVENT_CONTEXT = 2,
+};
+struct gdr_mem_event {
+	uint64_t start, len;
+	uint32_t kind; /* enum gdr_mem_event_kind */
+	uint32_t reserved;
+};
+
+/* Whether free events are in effect in this process: 0, or -errno with *why (static text, may be
+ * NULL): -EOPNOTSUPP (turned off: GDRCACHE_INTERCEPT=off, or the first cache's attribute),
+ * -EBUSY (GDRCACHE_INTERCEPT=yield found another tool's patch), -ENODEV (no CUDA driver), or the
+ * start-up probe's error (-ENOSYS: a route to a free is not intercepted). Loads libcuda and installs the interception if not done yet. */
+int gdr_mem_events_state(const char **why);
+
+/* Polling. Events are numbered from 0 in one process-wide ring of 4096; a consumer keeps the number
+ * of the next it has not read. gdr_mem_events_head() is one load (no system call, no lock): the
+ * number of the next event to come. gdr_mem_events_get(seq) copies event seq: 0; -ERANGE (lost:
+ * overwritten, the consumer fell more than 4096 behind, or given up by a free that never finished
+ * writing it: the consumer must treat everything it holds as freed); -EINVAL (ev NULL, or seq not
+ * yet reserved). An event is in the ring before the free it reports calls the driver; one being
+ * written by a free on another thread is waited for (a few instructions; at most 1 s). */
+uint64_t gdr_mem_events_head(void);
+int gdr_mem_events_get(uint64_t seq, struct gdr_mem_event *ev);
+
+/* A monitor: subscribed GPU ranges (or all GPU memory) and a callback. Opaque. At most 64 at once. */
+struct gdr_mem_monitor;
+/*
+ * The callback: called for each event that concerns the monitor (GDR_MONITOR_ALL: every event; else
+ * an event that overlaps a subscribed range, once per event), on the thread that frees, before the
+ * driver frees (a context event: just after the driver returned, before the call returns to the
+ * program), never inside a driver call (an event of a free the driver makes from inside one of its
+ * own calls is delivered when that outer call's hook ends). Monitors' callbacks run one after
+ * another; several threads may run one monitor's callback at once.
+ * Its rules:
+ *  - no CUDA driver call: a free or allocation the callback makes on its thread is not delivered to
+ *    it again, and is counted (gdr_mem_monitor_violations) and logged;
+ *  - no wait for a lock the freeing thread may hold: the program may free with any of its own locks
+ *    held, the caller's cache lock included (a thread that frees under its cache's lock gets its
+ *    own callback there). Record the event for later (a queue, a flag) where this thread already
+ *    holds the lock (examples/mem_monitor_rcache.c);
+ *  - it may call ibv_dereg_mr and close a dma-buf fd (what gives freed memory back before the free
+ *    returns: an open dma-buf keeps it allocated), gdr_dereg, a gdr_reg that hits, and
+ *    gdr_mem_monitor_unsubscribe and _valid. A gdr_reg that misses (it would wait for the very
+ *    free being made), gdr_cache_create / _destroy / _flush / _release_pd and
+ *    gdr_mem_monitor_create / _destroy / _subscribe (a driver query) return -EDEADLK, logged.
+ * A free the library itself makes while it holds a cache's lock (its own release of a primary
+ * context it borrowed) is delivered when that lock is released, before the library's call returns.
+ */
+typedef void (*gdr_mem_event_fn)(void *arg, const struct gdr_mem_event *ev);
+#define GDR_MONITOR_ALL (1u << 0) /* every event, subscribed or not (UCX's UCM handler) */
+/*
+ * Create a monitor. fn may be NULL (a monitor that is only asked: gdr_mem_monitor_valid). Returns 0
+ * and *monitor, or -EINVAL (monitor NULL, unknown flags), -EMFILE (64 monitors live), -ENOMEM,
+ * -EDEADLK (from a callback), or gdr_mem_events_state's error (events not in effect: nothing would
+ * ever be reported).
+ */
+int gdr_mem_monitor_create(unsigned flags, gdr_mem_event_fn fn, void *arg,
+			   struct gdr_mem_monitor **monitor);
+/* Destroy a monitor: when it returns, no callback of it runs any more. Returns 0, -EINVAL (NULL,
+ * not a live monitor), -EDEADLK (called from its own callback). */
+int gdr_mem_monitor_destroy(struct gdr_mem_monitor *monitor);
+/*
+ * Subscribe [addr, addr+len) of GPU memory (libfabric's subscribe): the callback learns of events
+ * that overlap it (a free given without a size overlaps it when it frees the allocation that holds
+ * addr), and gdr_mem_monitor_valid answers for it. Subscriptions count: the same range subscribed
+ * twice needs two unsubscribes; a range subscribed again after an event concerned it is a new,
+ * fresh subscription beside the stale one (unsubscribe drops the stale one first). One driver query
+ * (the allocation that holds addr) per call; no system call. Returns 0, or -EINVAL (NULL, not a
+ * live monitor, len 0, overflow, memory the CUDA driver does not know), -ENOMEM, -EDEADLK (from a
+ * callback).
+ */
+int gdr_mem_monitor_subscribe(struct gdr_mem_monitor *monitor, const void *addr, size_t len);
+/* Drop one subscription of exactly [addr, addr+len). Returns 0, -EINVAL (NULL), -ENOENT (not
+ * subscribed). */
+int gdr_mem_monitor_unsubscribe(struct gdr_mem_monitor *monitor, const void *addr, size_t len);
+/*
+ * Whether [addr, addr+len) is still the memory subscribed (libfabric's valid): 1 where it is
+ * covered by one subscription that no event has concerned since it was made; 0 where an event did
+ * (freed, reallocated, or a context went), or where no subscription covers it. No driver call, no
+ * system call (one uncontended lock). Returns 1, 0, or -EINVAL (NULL, not a live monitor, len 0,
+ * overflow).
+ */
+int gdr_mem_monitor_valid(struct gdr_mem_monitor *monitor, const void *addr, size_t len);
+/* Callback rule breaks seen so far (driver calls from a callback), process-wide. */
+uint64_t gdr_mem_monitor_violations(void);
 
 /* The backend the cache uses (after AUTO was resolved). Returns 0 or -EINVAL. */
 int gdr_cache_backend(const struct gdr_cache *cache, enum gdr_backend *backend);

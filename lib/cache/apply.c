@@ -12,14 +12,13 @@
 #include "cache/cache.h"
 #include "cache/caches.h"
 #include "intercept/events.h"
-#include "intercept/hooks.h"
 
-/* Cache locks this thread holds: an intercepted free on this thread must not wait for one. */
-__thread int gdr_cache_locks_held __attribute__((tls_model("initial-exec")));
 /* Its cancellation state before the outermost of them (cache.h: none acts while one is held). */
 __thread int gdr_cache_cancel_state __attribute__((tls_model("initial-exec")));
 /* Set while this thread applies events for the hooks (no recursion from gdr_cache_unlock). */
 __thread int gdr_cache_applying __attribute__((tls_model("initial-exec")));
+/* A free's pin release left for later (caches.h). */
+int gdr_caches_release_pending;
 
 /* ---- free events (mode events) ------------------------------------------------------------------ */
 
@@ -322,7 +321,7 @@ uint64_t gdr_caches_apply_events(void)
 	uint64_t n = 0;
 
 	gdr_cache_applying++;
-	__atomic_store_n(&gdr_hooks_release_pending, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&gdr_caches_release_pending, 0, __ATOMIC_SEQ_CST);
 	gdr_thr_foreach_cache(apply_one, &n);
 	gdr_cache_applying--;
 	return n;
@@ -351,6 +350,59 @@ uint64_t gdr_caches_relieve(void)
 		gdr_warn("an allocation ran out of GPU memory: %llu cached pins released, retrying",
 			 (unsigned long long)n);
 	return n;
+}
+
+/* The caches as one handler of the events (events.h): a free's event releases the unreferenced
+ * pins of its range in every cache at once, unless this thread holds a cache lock (the library
+ * itself called the driver) or the hook is nested in the driver's own call: then the release is
+ * left to the lock's holder (gdr_cache_unlock) or to the outermost hook's end. A context's event
+ * is published after the driver returned and applied at the hook's end. */
+static void leave_for_later(bool *deferred)
+{
+	__atomic_store_n(&gdr_caches_release_pending, 1, __ATOMIC_SEQ_CST);
+	*deferred = true;
+}
+
+static uint64_t caches_event(const struct gdr_event *ev, bool nested, bool *deferred)
+{
+	switch (ev->kind) {
+	case GDR_EV_FREE:
+		if (nested || gdr_locks_held) {
+			leave_for_later(deferred);
+			return 0;
+		}
+		return gdr_caches_apply_events();
+	case GDR_EV_CTX:
+		__atomic_store_n(&gdr_caches_release_pending, 1, __ATOMIC_SEQ_CST);
+		if (nested || gdr_locks_held)
+			*deferred = true;
+		return 0;
+	default: /* an allocation's: read from the ring at each cache's next miss */
+		return 0;
+	}
+}
+
+static uint64_t caches_end(void)
+{
+	if (gdr_locks_held || !__atomic_load_n(&gdr_caches_release_pending, __ATOMIC_SEQ_CST))
+		return 0;
+	return gdr_caches_apply_events();
+}
+
+static uint64_t caches_relieve(void)
+{
+	return gdr_locks_held ? 0 : gdr_caches_relieve();
+}
+
+static const struct gdr_event_handler caches_handler = {
+	.event = caches_event,
+	.end = caches_end,
+	.relieve = caches_relieve,
+};
+
+void gdr_caches_listen(void)
+{
+	gdr_events_add_handler(&caches_handler);
 }
 
 static void sum_waits(struct gdr_cache *c, void *arg)

@@ -283,7 +283,7 @@ static inline struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
  * exit() from one) then knows the lock may be its own. */
 static inline void gdr_cache_lock(struct gdr_cache *c)
 {
-	if (!gdr_cache_locks_held++)
+	if (!gdr_locks_held++)
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &gdr_cache_cancel_state);
 	pthread_mutex_lock(&c->lock);
 }
@@ -291,7 +291,7 @@ static inline void gdr_cache_lock(struct gdr_cache *c)
 static inline void gdr_cache_unlock_plain(struct gdr_cache *c)
 {
 	pthread_mutex_unlock(&c->lock);
-	if (!--gdr_cache_locks_held)
+	if (!--gdr_locks_held)
 		pthread_setcancelstate(gdr_cache_cancel_state, NULL);
 }
 
@@ -394,15 +394,6 @@ bool gdr_cache_free_was_inflight(const struct gdr_inflight_snap *s, uint64_t a, 
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);
 
-/* The header's promise: no public function changes errno. Declared at the start of a public entry
- * point's slow path (never on the lock-free hit path), it restores errno however the scope is left:
- * libc, libibverbs, gdrcache.ko's system calls and the CUDA driver may all set it. */
-static inline void gdr_errno_restore(const int *saved)
-{
-	errno = *saved;
-}
-#define GDR_KEEP_ERRNO()                                                                           \
-	int gdr_errno_saved_ __attribute__((cleanup(gdr_errno_restore), unused)) = errno
 
 /* A definition bound to one symbol version of lib/libgdrcache.map (rdma-core's habit): "NAME@@V"
  * is the one programs link now, "NAME@V" an older one kept for the programs built against it

@@ -65,6 +65,12 @@ int gdr_cache_create_0_1(const struct gdr_cache_attr_0_1 *attr, struct gdr_cache
 
 	if (!attr || !cache)
 		return gdr_cache_create_seams(NULL, NULL, cache);
+	if (attr->field_mask & GDR_CACHE_ATTR_INTERCEPT) { /* unknown to 0.1: refused there */
+		gdr_err("unknown attribute field bits %#llx",
+			(unsigned long long)GDR_CACHE_ATTR_INTERCEPT);
+		*cache = NULL;
+		return -EINVAL;
+	}
 	a = (struct gdr_cache_attr){
 		.field_mask = attr->field_mask & ~(uint64_t)V01_ATTR_LOG_LEVEL,
 		.max_bytes = attr->max_bytes,
@@ -72,7 +78,7 @@ int gdr_cache_create_0_1(const struct gdr_cache_attr_0_1 *attr, struct gdr_cache
 		.max_pin_bytes = attr->max_pin_bytes,
 		.backend = attr->backend,
 		.validate = validate_from_0_1(attr->validate),
-		.reserved = attr->reserved,
+		.intercept = attr->reserved, /* 0.1: reserved, must be 0 */
 	};
 	if (attr->field_mask & V01_ATTR_LOG_LEVEL) {
 		/* 0.1 checked the level with the other attributes and set it before creating (the

@@ -41,6 +41,8 @@
 #include <utlist.h>
 
 #include "cache/cache.h"
+#include "intercept/monitor.h"
+#include "cache/caches.h"
 #include "cache/seams.h"
 #include "cuda/cuda.h"
 #include "intercept/events.h"
@@ -49,7 +51,7 @@
 
 #define ATTR_FIELDS_ALL                                                                            \
 	(GDR_CACHE_ATTR_MAX_BYTES | GDR_CACHE_ATTR_MAX_ENTRIES | GDR_CACHE_ATTR_MAX_PIN_BYTES |    \
-	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE)
+	 GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE | GDR_CACHE_ATTR_INTERCEPT)
 
 static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 {
@@ -60,7 +62,7 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 			(unsigned long long)(m & ~(uint64_t)ATTR_FIELDS_ALL));
 		return -EINVAL;
 	}
-	if (a->reserved0 || a->reserved) {
+	if (a->reserved0 || (!(m & GDR_CACHE_ATTR_INTERCEPT) && a->intercept)) {
 		gdr_err("attribute reserved field is not zero");
 		return -EINVAL;
 	}
@@ -79,6 +81,10 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 		gdr_err("unknown validation mode %d", a->validate);
 		return -EINVAL;
 	}
+	if ((m & GDR_CACHE_ATTR_INTERCEPT) && a->intercept > GDR_INTERCEPT_YIELD) {
+		gdr_err("unknown interception mode %u", a->intercept);
+		return -EINVAL;
+	}
 	if (m & GDR_CACHE_ATTR_MAX_BYTES)
 		cfg->max_bytes = a->max_bytes;
 	if (m & GDR_CACHE_ATTR_MAX_ENTRIES)
@@ -89,6 +95,12 @@ static int apply_attr(struct gdr_config *cfg, const struct gdr_cache_attr *a)
 		cfg->backend = a->backend;
 	if (m & GDR_CACHE_ATTR_VALIDATE)
 		cfg->validate = a->validate;
+	if (m & GDR_CACHE_ATTR_INTERCEPT)
+		cfg->intercept = (int)a->intercept;
+	if (cfg->intercept == GDR_INTERCEPT_OFF && cfg->validate == GDR_VALIDATE_EVENTS) {
+		gdr_err("validation mode events asked with the interception off");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -201,6 +213,12 @@ static int choose_validation(struct gdr_cache *c)
 	int mode = c->cfg.validate, rc = -ENODEV;
 	bool events = false;
 
+	if (c->cfg.intercept == GDR_INTERCEPT_OFF && gdr_hooks_mode() != GDR_INTERCEPT_OFF) {
+		/* asked of a cache after libcuda was patched: this cache takes no events */
+		gdr_info("interception off asked of a cache after libcuda was patched: this cache "
+			 "validates by BUFFER_ID queries");
+		mode = GDR_VALIDATE_TAG;
+	}
 	if (mode != GDR_VALIDATE_TAG) {
 		if (c->cuda_ok)
 			rc = c->events_probe(&why);
@@ -239,6 +257,8 @@ static int create(const struct gdr_cache_attr *attr, const struct gdr_cache_seam
 		return -EINVAL;
 	}
 	*out = NULL;
+	if (gdr_monitor_in_callback())
+		return gdr_monitor_refuse("gdr_cache_create");
 	cfg = *gdr_config_get();
 	if (cfg.bad) {
 		gdr_err("%s is malformed (see above): no cache is created", cfg.bad);
@@ -256,6 +276,9 @@ static int create(const struct gdr_cache_attr *attr, const struct gdr_cache_seam
 	c->sys.verbs = seams && seams->verbs ? seams->verbs : &gdr_verbs_libibverbs;
 	c->sys.kmod = seams && seams->kmod ? seams->kmod : &gdr_kmod_sys_libc;
 	c->events_probe = seams && seams->events_probe ? seams->events_probe : gdr_events_probe;
+	if (attr && (attr->field_mask & GDR_CACHE_ATTR_INTERCEPT))
+		(void)gdr_hooks_ask(
+			cfg.intercept); /* decides if it comes before libcuda is loaded */
 	c->cuda_ok = gdr_cuda_load() == 0;
 	settings_sources(&c->set, attr ? attr->field_mask : 0);
 	if (c->cuda_ok)
@@ -281,6 +304,7 @@ static int create(const struct gdr_cache_attr *attr, const struct gdr_cache_seam
 		return -ENOMEM;
 	}
 	lock_init(&c->lock);
+	gdr_caches_listen();
 	gdr_thr_cache_init(c);
 	gdr_log_once(GDR_LOG_INFO,
 		     "libgdrcache %d.%d.%d: CUDA driver %s, backend %s, validation %s; "
@@ -345,6 +369,8 @@ static int destroy(struct gdr_cache *c)
 		gdr_err("NULL cache");
 		return -EINVAL;
 	}
+	if (gdr_monitor_in_callback())
+		return gdr_monitor_refuse("gdr_cache_destroy");
 	gdr_cache_lock(c);
 	gdr_settle(c);
 	gdr_reap_detached(c);

@@ -10,6 +10,7 @@
 #include <utlist.h>
 
 #include "cache/cache.h"
+#include "intercept/monitor.h"
 #include "nic/verbs.h"
 
 /* Set an entry's state, and its mirror in each of its records (what a hit reads). Seq_cst: a
@@ -522,6 +523,8 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 		gdr_err("NULL cache");
 		return -EINVAL;
 	}
+	if (gdr_monitor_in_callback())
+		return gdr_monitor_refuse("gdr_cache_flush");
 	gdr_cache_lock(c);
 	gdr_cache_drain_events(c);
 	n = gdr_drop_unheld(c);
@@ -630,6 +633,8 @@ GDR_EXPORT int gdr_cache_release_pd(struct gdr_cache *c, struct ibv_pd *pd)
 		gdr_err("NULL %s", c ? "pd" : "cache");
 		return -EINVAL;
 	}
+	if (gdr_monitor_in_callback())
+		return gdr_monitor_refuse("gdr_cache_release_pd");
 	gdr_cache_lock(c);
 	pd_mark_list(c, c->lru, pd, &any, &busy);
 	pd_mark_list(c, c->detached, pd, &any, &busy);

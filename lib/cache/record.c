@@ -12,7 +12,6 @@
 
 #include "cache/cache.h"
 #include "cache/caches.h"
-#include "intercept/hooks.h"
 #include "nic/verbs.h"
 
 /* Put a retired record (DEAD, unreachable by lookups, after a grace period) in the reuse queue. */
@@ -241,9 +240,8 @@ void gdr_cache_unlock(struct gdr_cache *c)
 		gdr_reap_detached(c);
 	gdr_reclaim(c, false);
 	gdr_cache_unlock_plain(c);
-	if (!gdr_cache_locks_held && !gdr_cache_applying &&
-	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
-		gdr_caches_apply_events();
+	if (!gdr_locks_held && !gdr_cache_applying)
+		gdr_events_dispatch_end(); /* what the hooks left to the lock's holder */
 }
 
 /* ---- registration records ------------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cache/cache.h"
+#include "intercept/monitor.h"
 #include "common/testpoint.h"
 #include "intercept/events.h"
 #include "nic/verbs.h"
@@ -351,6 +352,8 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 		return -EINVAL;
 	}
 	*region = NULL;
+	if (gdr_monitor_in_callback()) /* a miss would wait for the free this thread is making */
+		return gdr_monitor_refuse("gdr_reg (a miss)");
 	access = req_access(pd, access);
 	if (!len || a + len < a) {
 		gdr_cache_lock(c);
@@ -482,6 +485,13 @@ static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_th
 	GDR_KEEP_ERRNO();
 	int rc;
 
+	if (gdr_monitor_in_callback()) { /* a miss would wait for the free this thread is making */
+		if (st)
+			__atomic_store_n(st->ctr, __atomic_load_n(st->ctr, __ATOMIC_RELAXED) - 1,
+					 __ATOMIC_RELAXED);
+		*region = NULL;
+		return gdr_monitor_refuse("gdr_reg (a miss)");
+	}
 	gdr_cache_lock(c);
 	if (st) {
 		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */

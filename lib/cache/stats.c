@@ -207,8 +207,7 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 	 * signal handler (a program's SIGINT handler) that interrupted a registration runs the
 	 * statistics at exit on this thread, whose lock it may be. Then the counters are read as they
 	 * are. */
-	locked = gdr_cache_locks_held ? !pthread_mutex_trylock(&c->lock)
-				      : !pthread_mutex_lock(&c->lock);
+	locked = gdr_locks_held ? !pthread_mutex_trylock(&c->lock) : !pthread_mutex_lock(&c->lock);
 	gdr_stats_collect(c, s);
 	if (locked)
 		pthread_mutex_unlock(&c->lock);
@@ -304,8 +303,7 @@ static void print_live(const char *why, bool others)
 	/* At exit on a thread that holds a cache lock (exit() from a signal handler, as in
 	 * gdr_stats_print): the signal's thread may hold the list's lock, waiting for that cache
 	 * lock. Then no records rather than a process that never exits. */
-	if (gdr_cache_locks_held ? pthread_mutex_trylock(&live_lock)
-				 : pthread_mutex_lock(&live_lock))
+	if (gdr_locks_held ? pthread_mutex_trylock(&live_lock) : pthread_mutex_lock(&live_lock))
 		return;
 	for (struct gdr_cache *c = live; c; c = c->next_live)
 		gdr_stats_print(c, why);

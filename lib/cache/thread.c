@@ -168,7 +168,7 @@ static void fork_prepare(void)
 {
 	/* Counted as held from here to the fork's end (gdr_stats_print, print_live): a signal that
 	 * comes during the fork is handled with these locks held, and exit() there must not wait. */
-	gdr_cache_locks_held++;
+	gdr_locks_held++;
 	gdr_stats_fork_prepare();
 	pthread_mutex_lock(&alive_lock);
 	for (struct gdr_cache *c = alive; c; c = c->next_alive)
@@ -181,7 +181,7 @@ static void fork_parent(void)
 		pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&alive_lock);
 	gdr_stats_fork_done();
-	gdr_cache_locks_held--;
+	gdr_locks_held--;
 }
 
 static long membarrier(int cmd);
@@ -206,7 +206,7 @@ static void fork_child(void)
 	}
 	pthread_mutex_unlock(&alive_lock);
 	gdr_stats_fork_done();
-	gdr_cache_locks_held--;
+	gdr_locks_held--;
 }
 
 static pthread_once_t asym_once = PTHREAD_ONCE_INIT;

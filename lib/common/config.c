@@ -110,6 +110,17 @@ static int parse_validate(const char *s, void *out)
 	return parse_name(s, validate_names, 3, out);
 }
 
+static const char *const intercept_names[] = {
+	[GDR_INTERCEPT_AUTO] = "auto",
+	[GDR_INTERCEPT_OFF] = "off",
+	[GDR_INTERCEPT_YIELD] = "yield",
+};
+
+static int parse_intercept(const char *s, void *out)
+{
+	return parse_name(s, intercept_names, 3, out);
+}
+
 static int parse_log(const char *s, void *out)
 {
 	char *end;
@@ -291,6 +302,13 @@ static const struct row {
 	  .form = "auto|tag|events",
 	  .dflt = "auto",
 	  .desc = "how a hit is proven: auto, tag or events" },
+	{ .name = "GDRCACHE_INTERCEPT",
+	  .parse = parse_intercept,
+	  .field = &config.intercept,
+	  .form = "auto|off|yield",
+	  .dflt = "auto",
+	  .desc = "patch libcuda's free entry points: auto; off (no free events, hits validated by "
+		  "tag, no out-of-memory relief); yield (off where another tool patched one)" },
 	{ .name = "GDRCACHE_STATS",
 	  .parse = parse_stats,
 	  .field = &config.stats,
@@ -426,6 +444,8 @@ static void format(size_t i, const struct gdr_config *cfg, const struct gdr_outp
 		snprintf(buf, n, "%s", backend_names[cfg->backend]);
 	else if (f == &config.validate)
 		snprintf(buf, n, "%s", validate_names[cfg->validate]);
+	else if (f == &config.intercept)
+		snprintf(buf, n, "%s", intercept_names[cfg->intercept]);
 	else if (f == &config.stats)
 		snprintf(buf, n, "%s%s",
 			 !cfg->stats          ? "0"

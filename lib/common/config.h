@@ -12,6 +12,7 @@ struct gdr_config {
 	uint64_t max_pin_bytes;
 	int backend;
 	int validate;
+	int intercept; /* enum gdr_intercept */
 	int log_level;
 	bool stats;
 	char kmod_dev[256];

@@ -3,6 +3,7 @@
 #ifndef GDR_COMMON_DEFS_H
 #define GDR_COMMON_DEFS_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "gdrcache.h"
@@ -28,5 +29,15 @@
 #define GDR_MAX_TAGS 64
 #define GDR_MAX_DEVICES 64 /* CUDA devices a cache tells apart */
 #define GDR_HIDDEN __attribute__((visibility("hidden")))
+
+/* The header's promise: no public function changes errno. Declared at the start of a public entry
+ * point's slow path (never on the lock-free hit path), it restores errno however the scope is left:
+ * libc, libibverbs, gdrcache.ko's system calls and the CUDA driver may all set it. */
+static inline void gdr_errno_restore(const int *saved)
+{
+	errno = *saved;
+}
+#define GDR_KEEP_ERRNO()                                                                           \
+	int gdr_errno_saved_ __attribute__((cleanup(gdr_errno_restore), unused)) = errno
 
 #endif /* GDR_COMMON_DEFS_H */

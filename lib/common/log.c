@@ -11,6 +11,10 @@
  * since the last one printed. Debug lines are not limited (asked for explicitly). A registration
  * refused thousands of times a second (pool memory the driver will not export, say) costs the
  * log a few lines a minute.
+ *
+ * A program's handler (gdr_set_log_handler) takes the lines that pass the level and the limit
+ * instead: the message alone, with " (N more like this suppressed)" where the default sink adds
+ * "; N more like this suppressed".
  */
 #define _GNU_SOURCE /* strerrordesc_np */
 #include <errno.h>
@@ -21,6 +25,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -118,6 +123,48 @@ bool gdr_log_quiet(void)
 		__atomic_store_n(&gdr_log_level, GDR_LOG_NONE, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&level_lock);
 	return quiet;
+}
+
+/* A handler and its argument: set together, so that a line logged while another thread replaces
+ * them goes to the old pair or the new one, whole. A pair is never changed or freed once made (a
+ * line being written holds it without a lock: the log path takes no lock for it, allocates
+ * nothing, and may run in a free hook); every pair made is on a list, and one set again is taken
+ * from there, so that a program switching between a few handlers makes only a few. */
+struct log_handler {
+	gdr_log_fn fn;
+	void *arg;
+	struct log_handler *next; /* the one made before it */
+};
+static struct log_handler *log_handler;  /* in use (NULL: the default sink); __atomic */
+static struct log_handler *log_handlers; /* every one made; __atomic, pushed only */
+
+GDR_EXPORT int gdr_set_log_handler(gdr_log_fn fn, void *arg)
+{
+	struct log_handler *h = NULL;
+	int saved = errno;
+
+	if (fn) {
+		struct log_handler *head = __atomic_load_n(&log_handlers, __ATOMIC_ACQUIRE);
+
+		for (h = head; h && (h->fn != fn || h->arg != arg); h = h->next)
+			;
+		if (!h) { /* two threads setting the same pair at once may make it twice: harmless */
+			h = malloc(sizeof(*h));
+			if (!h) {
+				errno = saved;
+				return -ENOMEM;
+			}
+			h->fn = fn;
+			h->arg = arg;
+			h->next = head;
+			while (!__atomic_compare_exchange_n(&log_handlers, &h->next, h, false,
+							    __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+				;
+		}
+	}
+	__atomic_store_n(&log_handler, h, __ATOMIC_RELEASE);
+	errno = saved;
+	return 0;
 }
 
 static const char *const level_names[] = { "none", "error", "warn", "info", "debug" };
@@ -309,12 +356,22 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 	int saved = errno, n;
 	uint64_t suppressed = 0;
 	char msg[512], more[64] = "", when[32], out[768];
+	const struct log_handler *h;
 
 	if (level < GDR_LOG_DEBUG && !site_allows(func, line, &suppressed)) {
 		errno = saved;
 		return;
 	}
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	h = __atomic_load_n(&log_handler, __ATOMIC_ACQUIRE); /* once: fn and arg of one pair */
+	if (h) {
+		if (suppressed)
+			snprintf(out, sizeof(out), "%s (%llu more like this suppressed)", msg,
+				 (unsigned long long)suppressed);
+		h->fn(h->arg, level, suppressed ? out : msg);
+		errno = saved;
+		return;
+	}
 	if (suppressed)
 		snprintf(more, sizeof(more), "; %llu more like this suppressed",
 			 (unsigned long long)suppressed);

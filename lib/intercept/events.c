@@ -260,3 +260,61 @@ static void __attribute__((constructor)) events_init(void)
 {
 	pthread_atfork(NULL, NULL, events_fork_child);
 }
+
+/* ---- The handlers (events.h) ---------------------------------------------------------------------
+ * A fixed table, filled once per handler and never emptied: the hooks read it without a lock. */
+static const struct gdr_event_handler *handlers[GDR_EVENT_HANDLERS];
+__thread int gdr_locks_held __attribute__((tls_model("initial-exec")));
+
+void gdr_events_add_handler(const struct gdr_event_handler *h)
+{
+	for (unsigned i = 0; i < GDR_EVENT_HANDLERS; i++) {
+		const struct gdr_event_handler *cur = NULL;
+
+		if (__atomic_compare_exchange_n(&handlers[i], &cur, h, false, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST) ||
+		    cur == h)
+			return;
+	}
+	__builtin_trap(); /* more handlers than the library has: a build error, not a run-time one */
+}
+
+#define FOREACH_HANDLER(h)                                                                         \
+	for (unsigned i_ = 0; i_ < GDR_EVENT_HANDLERS; i_++)                                       \
+		for (const struct gdr_event_handler *h =                                           \
+			     __atomic_load_n(&handlers[i_], __ATOMIC_ACQUIRE);                     \
+		     h; h = NULL)
+
+uint64_t gdr_events_dispatch(const struct gdr_event *e, bool nested, bool *deferred)
+{
+	uint64_t n = 0;
+
+	*deferred = false;
+	FOREACH_HANDLER(h)
+	{
+		bool d = false;
+
+		n += h->event(e, nested, &d);
+		*deferred |= d;
+	}
+	return n;
+}
+
+uint64_t gdr_events_dispatch_end(void)
+{
+	uint64_t n = 0;
+
+	FOREACH_HANDLER(h)
+	n += h->end();
+	return n;
+}
+
+uint64_t gdr_events_dispatch_relieve(void)
+{
+	uint64_t n = 0;
+
+	FOREACH_HANDLER(h)
+	if (h->relieve)
+		n += h->relieve();
+	return n;
+}

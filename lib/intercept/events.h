@@ -92,4 +92,31 @@ bool gdr_events_inflight_was(const struct gdr_inflight_snap *s,
 /* Frees announced now (for tests). */
 unsigned gdr_events_inflight_count(void);
 
+/* Who acts on the events on the freeing thread, before the free returns: the caches
+ * (cache/apply.c) and the public monitors (monitor.c) register one handler each; the hooks
+ * (hooks.c) dispatch to them and name neither. */
+struct gdr_event_handler {
+	/* Event ev was published. nested: inside another hook's driver call (the driver called its
+	 * own exported entry point, holding its locks): nothing that may wait may be done now, only
+	 * noted for end(). Returns the pins released; *deferred set where the work was left for
+	 * later. */
+	uint64_t (*event)(const struct gdr_event *ev, bool nested, bool *deferred);
+	/* The outermost hook on this thread ends: what was left for later may be done. Returns the
+	 * pins released. */
+	uint64_t (*end)(void);
+	/* An allocation ran out of GPU memory: release what can be; returns how many were. NULL:
+	 * nothing to release. */
+	uint64_t (*relieve)(void);
+};
+/* The library's locks this thread holds (the caches'): a handler must not wait for one then, and
+ * the last one's release ends what the hooks left for later (gdr_events_dispatch_end). */
+extern __thread int gdr_locks_held __attribute__((tls_model("initial-exec")));
+#define GDR_EVENT_HANDLERS 4
+/* Register h (static storage; never removed). At most GDR_EVENT_HANDLERS; idempotent. */
+void gdr_events_add_handler(const struct gdr_event_handler *h);
+/* What the hooks call: each handler in turn (sums of their results). */
+uint64_t gdr_events_dispatch(const struct gdr_event *ev, bool nested, bool *deferred);
+uint64_t gdr_events_dispatch_end(void);
+uint64_t gdr_events_dispatch_relieve(void);
+
 #endif /* GDRCACHE_EVENTS_H */

@@ -54,8 +54,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/caches.h"
+#include "cache/caches.h" /* gdr_caches_reg_waits, for gdr_intercept_get_stats only */
 #include "common/defs.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
@@ -108,6 +109,19 @@ static uint64_t now_ns(void)
 
 /* ---- Free hooks ---------------------------------------------------------------------------------- */
 
+/* The event's handlers (events.h: the caches, the public monitors), on this thread now; nested in
+ * another hook's driver call, they only note what they must do at the outermost hook's end. */
+static void dispatch(uint32_t kind, uint64_t start, uint64_t len)
+{
+	struct gdr_event e = { .start = start, .len = len, .kind = kind };
+	bool deferred;
+
+	__atomic_add_fetch(&hs.released, gdr_events_dispatch(&e, hook_depth != 1, &deferred),
+			   __ATOMIC_RELAXED);
+	if (deferred)
+		__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+}
+
 struct free_scope {
 	int token;      /* gdr_events_free_begin's, where announced */
 	bool announced; /* a free in flight announced (a proven release of the library's: none) */
@@ -129,12 +143,7 @@ static void free_begin(struct free_scope *fs, int route, uint64_t start, uint64_
 	gdr_events_push(start, len);
 	gdr_dmabufs_drop(start, len);
 	__atomic_add_fetch(&hs.frees[route], 1, __ATOMIC_RELAXED);
-	if (hook_depth == 1 && !gdr_cache_locks_held) {
-		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
-	} else {
-		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
-		__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
-	}
+	dispatch(GDR_EV_FREE, start, len);
 	fs->t0 = now_ns() - fs->t0;
 }
 
@@ -144,9 +153,8 @@ static void free_end(struct free_scope *fs)
 
 	if (fs->announced)
 		gdr_events_free_end(fs->token);
-	if (--hook_depth == 0 && !gdr_cache_locks_held &&
-	    __atomic_load_n(&gdr_hooks_release_pending, __ATOMIC_SEQ_CST))
-		__atomic_add_fetch(&hs.released, gdr_caches_apply_events(), __ATOMIC_RELAXED);
+	if (--hook_depth == 0)
+		__atomic_add_fetch(&hs.released, gdr_events_dispatch_end(), __ATOMIC_RELAXED);
 	__atomic_add_fetch(&hs.free_ns, fs->t0 + now_ns() - t1, __ATOMIC_RELAXED);
 	pthread_setcancelstate(fs->cancel, NULL);
 }
@@ -233,9 +241,7 @@ static void ctx_end(struct free_scope *fs)
 		}
 		gdr_cuda_contexts_changed();
 		gdr_events_push_kind(GDR_EV_CTX, 0, ALL);
-		__atomic_store_n(&gdr_hooks_release_pending, 1, __ATOMIC_SEQ_CST);
-		if (hook_depth != 1 || gdr_cache_locks_held)
-			__atomic_add_fetch(&hs.deferred, 1, __ATOMIC_RELAXED);
+		dispatch(GDR_EV_CTX, 0, ALL);
 	}
 	if (!own_release)
 		__atomic_add_fetch(&app_ctx_ended, 1, __ATOMIC_SEQ_CST);
@@ -291,10 +297,10 @@ void gdr_hooks_own_release(uint64_t token)
 /* An allocation failed for lack of memory: release unreferenced pins; whether to retry. */
 static bool oom_relieve(void)
 {
-	if (hook_depth != 1 || gdr_cache_locks_held)
+	if (hook_depth != 1)
 		return false;
 	__atomic_add_fetch(&hs.oom_relief, 1, __ATOMIC_RELAXED);
-	return gdr_caches_relieve() > 0;
+	return gdr_events_dispatch_relieve() > 0;
 }
 
 /* Calls the original; on OUT_OF_MEMORY relieves and calls it once more; on success publishes the
@@ -315,8 +321,11 @@ static bool oom_relieve(void)
 		if (rc == GDR_CUDA_SUCCESS && (size) != 0) {                                       \
 			gdr_events_push_kind(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);       \
 			gdr_dmabufs_drop((uint64_t)(uintptr_t)(va), size);                         \
+			dispatch(GDR_EV_ALLOC, (uint64_t)(uintptr_t)(va), size);                   \
 		}                                                                                  \
-		hook_depth--;                                                                      \
+		if (--hook_depth == 0)                                                             \
+			__atomic_add_fetch(&hs.released, gdr_events_dispatch_end(),                \
+					   __ATOMIC_RELAXED);                                      \
 		return rc;                                                                         \
 	}
 
@@ -403,11 +412,84 @@ static struct target targets[] = {
 static int install_rc = -ENODEV;
 static char install_why[116] = "no CUDA driver";
 
+/* The mode: asked by a cache's attribute (-1: none), decided at the install (GDRCACHE_INTERCEPT
+ * where none was asked). Under mode_lock. */
+static pthread_mutex_t mode_lock = PTHREAD_MUTEX_INITIALIZER;
+static int mode_asked = -1, mode_decided = -1;
+
+int gdr_hooks_ask(int mode)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&mode_lock);
+	if (mode_decided >= 0)
+		rc = mode == mode_decided ? 0 : -EALREADY;
+	else
+		mode_asked = mode;
+	pthread_mutex_unlock(&mode_lock);
+	return rc;
+}
+
+int gdr_hooks_mode(void)
+{
+	int m;
+
+	pthread_mutex_lock(&mode_lock);
+	m = mode_decided;
+	pthread_mutex_unlock(&mode_lock);
+	return m;
+}
+
+static int decide_mode(const char **by)
+{
+	int m;
+
+	pthread_mutex_lock(&mode_lock);
+	*by = mode_asked >= 0 ? "a cache's attribute" : "GDRCACHE_INTERCEPT";
+	m = mode_decided = mode_asked >= 0 ? mode_asked : gdr_config_get()->intercept;
+	pthread_mutex_unlock(&mode_lock);
+	return m;
+}
+
+/* GDRCACHE_INTERCEPT=yield: whether another tool patched one of libcuda's entries (UCX's bistro
+ * writes a jump there). Then nothing is patched, and why says whose. */
+static bool foreign_patch(void *libcuda)
+{
+	for (size_t i = 0; i < NTARGETS; i++) {
+		void *fn = dlsym(libcuda, targets[i].name);
+		const char *who;
+
+		if (fn && gdr_patch_foreign(fn, &who) == 1) {
+			install_rc = -EBUSY;
+			snprintf(install_why, sizeof(install_why),
+				 "%s already patched (%s): left to it (GDRCACHE_INTERCEPT=yield)",
+				 targets[i].name, who);
+			return true;
+		}
+	}
+	return false;
+}
+
 void gdr_hooks_install(void *libcuda, bool fresh)
 {
 	int nreq = 0, nok = 0, nalloc_fail = 0, nshort = 0;
-	const char *first_alloc_fail = NULL, *alloc_why = NULL;
+	const char *first_alloc_fail = NULL, *alloc_why = NULL, *by;
+	int mode = decide_mode(&by);
 
+	if (mode == GDR_INTERCEPT_OFF) {
+		install_rc = -EOPNOTSUPP;
+		snprintf(install_why, sizeof(install_why), "interception turned off by %s", by);
+		gdr_info("CUDA free interception off (%s): no free events, hits are validated by "
+			 "BUFFER_ID queries, no out-of-memory relief",
+			 install_why);
+		return;
+	}
+	if (mode == GDR_INTERCEPT_YIELD && foreign_patch(libcuda)) {
+		gdr_warn("CUDA free interception off: %s; hits are validated by BUFFER_ID queries, "
+			 "no out-of-memory relief",
+			 install_why);
+		return;
+	}
 	install_rc = 0;
 	snprintf(install_why, sizeof(install_why), "free interception installed");
 	for (size_t i = 0; i < NTARGETS; i++) {

@@ -17,9 +17,12 @@
  * loaded by this call's caller, so no thread can be inside it. The outcome is what
  * gdr_events_probe() starts from. */
 GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
-/* Set when a free's pin release was left for later (nested hook, or a thread holding a cache
- * lock): gdr_cache_unlock() and the outermost hook apply events while it is set. */
-extern GDR_HIDDEN int gdr_hooks_release_pending;
+/* The interception's mode (enum gdr_intercept) asked by a cache's attribute, before libcuda is
+ * loaded: it overrides GDRCACHE_INTERCEPT. 0, or -EALREADY (another mode was decided: libcuda was
+ * loaded). */
+GDR_HIDDEN int gdr_hooks_ask(int mode);
+/* The mode decided when libcuda was loaded (enum gdr_intercept), -1 before. */
+GDR_HIDDEN int gdr_hooks_mode(void);
 /* Whether the free interception works in this process, proven once by a free (of an address no
  * allocation holds: no context needed) through each path a program may use to reach the driver.
  * 0, or -errno with *why (static text). Needs gdr_cuda_load() to have succeeded. Cached after the

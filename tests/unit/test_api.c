@@ -22,7 +22,14 @@ static void test_create_bad_attributes(void **state)
 	a.field_mask = 1ULL << 40;
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
 	assert_null(c);
-	a = (struct gdr_cache_attr){ .reserved = 1 };
+	/* intercept without its field bit: as the reserved field it was */
+	a = (struct gdr_cache_attr){ .intercept = 1 };
+	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
+	a = (struct gdr_cache_attr){ .field_mask = GDR_CACHE_ATTR_INTERCEPT, .intercept = 3 };
+	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
+	a = (struct gdr_cache_attr){ .field_mask = GDR_CACHE_ATTR_INTERCEPT | GDR_CACHE_ATTR_VALIDATE,
+				     .intercept = GDR_INTERCEPT_OFF,
+				     .validate = GDR_VALIDATE_EVENTS };
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
 	a = (struct gdr_cache_attr){ .field_mask = GDR_CACHE_ATTR_MAX_BYTES, .max_bytes = 0 };
 	assert_int_equal(gdr_cache_create(&a, &c), -EINVAL);
