@@ -230,7 +230,9 @@ static int choose_validation(struct gdr_cache *c)
 			gdr_err("validation mode events is unavailable: %s", why);
 			return -EOPNOTSUPP;
 		} else {
-			gdr_log_once(GDR_LOG_WARN,
+			/* turned off by the operator (said at the install): no warning */
+			gdr_log_once(rc == -EOPNOTSUPP || rc == -EBUSY ? GDR_LOG_INFO
+								       : GDR_LOG_WARN,
 				     "free events unavailable (%s): hits are validated "
 				     "by BUFFER_ID queries (about 5 M/s for the whole process)",
 				     why);

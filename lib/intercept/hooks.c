@@ -461,8 +461,7 @@ static bool foreign_patch(void *libcuda)
 
 		if (fn && gdr_patch_foreign(fn, &who) == 1) {
 			install_rc = -EBUSY;
-			snprintf(install_why, sizeof(install_why),
-				 "%s already patched (%s): left to it (GDRCACHE_INTERCEPT=yield)",
+			snprintf(install_why, sizeof(install_why), "yield: %s already patched (%s)",
 				 targets[i].name, who);
 			return true;
 		}
@@ -485,8 +484,9 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		return;
 	}
 	if (mode == GDR_INTERCEPT_YIELD && foreign_patch(libcuda)) {
-		gdr_warn("CUDA free interception off: %s; hits are validated by BUFFER_ID queries, "
-			 "no out-of-memory relief",
+		gdr_warn("CUDA free interception left to another tool (GDRCACHE_INTERCEPT=%s): no "
+			 "free events, hits are validated by BUFFER_ID queries, no out-of-memory "
+			 "relief",
 			 install_why);
 		return;
 	}

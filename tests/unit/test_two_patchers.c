@@ -12,6 +12,8 @@
  *              publishes libgdrcache's event
  *   gdr-first  libgdrcache first; the simulation's patch while threads free is refused, and
  *              every free still publishes the event
+ *   ucm-yield  UCX first, then libgdrcache with GDRCACHE_INTERCEPT=yield: it patches nothing,
+ *              says whose jump it found, and UCX's hook keeps every free
  * Skips (77) on an architecture without a patcher.
  */
 #define _GNU_SOURCE
@@ -490,6 +492,35 @@ static void gdr_first(void **state)
 	frees_seen(100);
 }
 
+/* GDRCACHE_INTERCEPT=yield (its ctest entry sets it): libgdrcache steps aside. */
+static void ucm_yield(void **state)
+{
+	struct gdr_intercept_stats s;
+	const char *why = NULL;
+	uint8_t after_ucm[16];
+	long before;
+	(void)state;
+
+	assert_string_equal(getenv("GDRCACHE_INTERCEPT"), "yield");
+	assert_int_equal(cuInit(0), GDR_CUDA_SUCCESS);
+	free_r0 = cuMemFree_v2(0x5000000000ull);
+	if (ucm_sim_patch((void *)cuMemFree_v2, (void *)ucm_free_hook, (void **)&ucm_free_orig, 0,
+			  50, NULL, &why))
+		skip(); /* UCX's decoder cannot relocate this entry (the fake's aarch64 one) */
+	memcpy(after_ucm, (void *)cuMemFree_v2, sizeof(after_ucm));
+	s = istats(); /* loads libcuda: yield finds UCX's jump */
+	print_message("yield: %d %s\n", s.state, s.reason);
+	assert_int_equal(s.state, -EBUSY);
+	assert_non_null(strstr(s.reason, "yield: cuMemFree_v2 already patched"));
+	assert_int_equal(gdr_mem_events_state(&why), -EBUSY);
+	assert_memory_equal((void *)cuMemFree_v2, after_ucm, sizeof(after_ucm)); /* untouched */
+	assert_false(gdr_patch_is_patched((void *)cuMemFree_v2));
+	before = atomic_load(&ucm_free_hits);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(cuMemFree_v2(0x6100000000ull + (uint64_t)i * 4096), free_r0);
+	assert_int_equal(atomic_load(&ucm_free_hits), before + 100);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest patch[] = {
@@ -504,6 +535,7 @@ int main(int argc, char **argv)
 	};
 	const struct CMUnitTest ucm[] = { cmocka_unit_test(ucm_first) };
 	const struct CMUnitTest gdr[] = { cmocka_unit_test(gdr_first) };
+	const struct CMUnitTest yield[] = { cmocka_unit_test(ucm_yield) };
 
 	if (!gdr_patch_arch()) {
 		printf("no entry patcher on this architecture: skipped\n");
@@ -513,6 +545,8 @@ int main(int argc, char **argv)
 		return cmocka_run_group_tests(ucm, NULL, NULL);
 	if (argc == 2 && !strcmp(argv[1], "gdr-first"))
 		return cmocka_run_group_tests(gdr, NULL, NULL);
+	if (argc == 2 && !strcmp(argv[1], "ucm-yield"))
+		return cmocka_run_group_tests(yield, NULL, NULL);
 	return cmocka_run_group_tests(patch, NULL, NULL);
 }
 #endif
