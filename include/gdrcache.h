@@ -420,8 +420,10 @@ int gdr_intercept_get_stats(struct gdr_intercept_stats *stats, size_t size);
  *   a lock-free cursor of invalidations (no system call)   gdr_mem_events_head / _get
  */
 enum gdr_mem_event_kind {
-	/* [start, start+len) is being freed; len 0: the whole allocation that starts at start
-	 * (cuMemFree, cuMemFreeAsync, cuMemFreeHost, cuIpcCloseMemHandle give no size) */
+	/* [start, start+len) is being freed. cuMemFree, cuMemFreeAsync, cuMemFreeHost and
+	 * cuIpcCloseMemHandle give no size: to a monitor that subscribed part of the allocation,
+	 * len is the allocation's size (as the driver said at the subscription); elsewhere (the
+	 * ring, a monitor of everything) len 0, meaning the whole allocation that starts at start */
 	GDR_MEM_EVENT_FREE = 0,
 	/* [start, start+len) was just allocated: nothing registered before can rightly be there */
 	GDR_MEM_EVENT_ALLOC = 1,
@@ -466,7 +468,9 @@ struct gdr_mem_monitor;
  *  - no wait for a lock the freeing thread may hold: the program may free with any of its own locks
  *    held, the caller's cache lock included (a thread that frees under its cache's lock gets its
  *    own callback there). Record the event for later (a queue, a flag) where this thread already
- *    holds the lock (examples/mem_monitor_rcache.c);
+ *    holds the lock (examples/mem_monitor_rcache/rcache.c). And the other way: do not hold a
+ *    lock the callback may wait for across gdr_reg or gdr_mem_monitor_subscribe (a gdr_reg miss
+ *    may wait for a free in flight on another thread, whose callback may be waiting for it);
  *  - it may call ibv_dereg_mr and close a dma-buf fd (what gives freed memory back before the free
  *    returns: an open dma-buf keeps it allocated), gdr_dereg, a gdr_reg that hits, and
  *    gdr_mem_monitor_unsubscribe and _valid. A gdr_reg that misses (it would wait for the very

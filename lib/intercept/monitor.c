@@ -122,8 +122,9 @@ static uint64_t end_of(uint64_t a, uint64_t len)
 	return len > UINT64_MAX - a ? UINT64_MAX : a + len;
 }
 
-/* Mark what ev concerns stale; whether anything was concerned. */
-static bool mark(struct gdr_mem_monitor *m, const struct gdr_event *ev)
+/* Mark what ev concerns stale; whether anything was concerned. *extent: for a free without a size,
+ * the size of the allocation it frees, where a subscription knew it (else left 0). */
+static bool mark(struct gdr_mem_monitor *m, const struct gdr_event *ev, uint64_t *extent)
 {
 	bool hit = false;
 
@@ -135,9 +136,13 @@ static bool mark(struct gdr_mem_monitor *m, const struct gdr_event *ev)
 	if (ev->kind == GDR_EV_FREE && ev->len == 0) { /* the allocation that starts at start */
 		uint64_t hi = end_of(ev->start, m->max_blen);
 
-		for (size_t i = lower(m, ev->start); i < m->n && m->v[i].a < hi; i++)
-			if (m->v[i].base == ev->start)
+		for (size_t i = lower(m, ev->start); i < m->n && m->v[i].a < hi; i++) {
+			if (m->v[i].base == ev->start) {
 				hit = m->v[i].stale = true;
+				if (m->v[i].blen > *extent)
+					*extent = m->v[i].blen;
+			}
+		}
 		return hit;
 	}
 	uint64_t lo = ev->start > m->max_len ? ev->start - m->max_len : 0;
@@ -151,27 +156,27 @@ static bool mark(struct gdr_mem_monitor *m, const struct gdr_event *ev)
 
 /* ---- the handler (events.h) ---------------------------------------------------------------------- */
 
-/* Whether ev concerns m, marking its subscriptions. No library lock is held on this thread. */
-static bool concerns(struct gdr_mem_monitor *m, const struct gdr_event *ev)
+/* Whether ev concerns m, marking its subscriptions; *extent as mark's. No library lock is held on
+ * this thread. */
+static bool concerns(struct gdr_mem_monitor *m, const struct gdr_event *ev, uint64_t *extent)
 {
 	bool hit;
 
 	pthread_mutex_lock(&m->lock);
-	hit = mark(m, ev);
+	hit = mark(m, ev, extent);
 	pthread_mutex_unlock(&m->lock);
 	return hit || (m->flags & GDR_MONITOR_ALL);
 }
 
 static void deliver(const struct gdr_event *ev)
 {
-	struct gdr_mem_event pub = { .start = ev->start, .len = ev->len, .kind = ev->kind };
-
 	for (unsigned i = 0; i < GDR_MONITORS; i++) {
+		struct gdr_mem_event pub = { .start = ev->start, .len = ev->len, .kind = ev->kind };
 		struct gdr_mem_monitor *m;
 
 		__atomic_add_fetch(&slots[i].inside, 1, __ATOMIC_SEQ_CST);
 		m = __atomic_load_n(&slots[i].m, __ATOMIC_SEQ_CST);
-		if (m && concerns(m, ev) && m->fn) {
+		if (m && concerns(m, ev, &pub.len) && m->fn) {
 			running = (uint8_t)(i + 1);
 			m->fn(m->arg, &pub);
 			running = 0;

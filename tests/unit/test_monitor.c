@@ -135,6 +135,7 @@ static void free_by(free_fn fr, const char *route)
 			 route, seen.n - n0, (unsigned long long)seen.entered_after - (uint64_t)n0);
 	assert_int_equal(seen.last.kind, GDR_MEM_EVENT_FREE);
 	assert_int_equal(seen.last.start, a);
+	assert_int_equal(seen.last.len, 2 * MiB); /* the allocation's size, from the subscription */
 	assert_int_equal(gdr_mem_monitor_valid(mon, (void *)(uintptr_t)(a + 4096), 8192), 0);
 	assert_int_equal(gdr_mem_monitor_unsubscribe(mon, (void *)(uintptr_t)(a + 4096), 8192), 0);
 }
@@ -178,6 +179,7 @@ static void test_unsubscribed_free_not_delivered(void **state)
 	assert_int_equal(cuMemFree_v2(b), GDR_CUDA_SUCCESS);
 	assert_int_equal(seen.n, n0 + 1);
 	assert_int_equal(seen.last.start, b);
+	assert_int_equal(seen.last.len, 0); /* not subscribed: the allocation at start */
 	assert_int_equal(gdr_mem_monitor_destroy(all), 0);
 	assert_int_equal(cuMemFree_v2(a), GDR_CUDA_SUCCESS);
 }
