@@ -214,9 +214,14 @@ static void step_gdr(const char *tag)
 	fflush(stdout);
 }
 
+static int use_gdr = 1; /* 0 (ucm-only): never call libgdrcache, whose calls install its patch */
+
 static uint64_t stat_frees(void)
 {
 	struct gdr_intercept_stats is;
+
+	if (!use_gdr)
+		return (uint64_t)-1;
 
 	memset(&is, 0, sizeof(is));
 	if (gdr_intercept_get_stats(&is, sizeof(is)))
@@ -279,14 +284,15 @@ static int cuda_setup(void)
 	SYM(h, cuCtxSetCurrent);
 	SYM(h, cuMemAlloc_v2);
 	SYM(h, cuMemFree_v2);
-	SYM(h, cuMemGetInfo_v2);
-	SYM(h, cuDriverGetVersion);
+	*(void **)&p_cuMemGetInfo_v2 = dlsym(h, "cuMemGetInfo_v2"); /* optional: leak_mib -1 */
+	*(void **)&p_cuDriverGetVersion = dlsym(h, "cuDriverGetVersion");
 	if ((r = p_cuInit(0)) || (r = p_cuDeviceGet(&dev, 0)) ||
 	    (r = p_cuDevicePrimaryCtxRetain(&ctx, dev)) || (r = p_cuCtxSetCurrent(ctx))) {
 		printf("FATAL CUDA driver setup failed: CUresult %d\n", r);
 		return -1;
 	}
-	p_cuDriverGetVersion(&v);
+	if (p_cuDriverGetVersion)
+		p_cuDriverGetVersion(&v);
 	printf("CUDA driver API version %d\n", v);
 	return 0;
 }
@@ -418,7 +424,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "gdr-first")) {
 		ucm_first = 0;
 	} else if (!strcmp(mode, "ucm-only")) {
-		ucm_first = 1, do_gdr = 0;
+		ucm_first = 1, do_gdr = 0, use_gdr = 0;
 	} else if (!strcmp(mode, "gdr-only")) {
 		ucm_first = 0, do_ucm = 0;
 	} else {
@@ -426,7 +432,7 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	printf("MODE %s order=%s n=%d pid=%d libgdrcache version 0x%x\n", mode, order, n,
-	       (int)getpid(), gdr_cache_version());
+	       (int)getpid(), gdr_cache_version()); /* loads nothing */
 	printf("ENV UCX_MEM_CUDA_HOOK_MODE=%s UCX_MEM_LOG_LEVEL=%s UCX_LOG_LEVEL=%s "
 	       "UCX_MEM_BISTRO_FORCE_FAR_JUMP=%s GDRCACHE_INTERCEPT=%s GDRCACHE_LOG=%s\n",
 	       getenv("UCX_MEM_CUDA_HOOK_MODE") ?: "-", getenv("UCX_MEM_LOG_LEVEL") ?: "-",
