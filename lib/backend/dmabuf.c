@@ -67,6 +67,8 @@ static int dmabuf_pin(struct gdr_be *b, struct gdr_pin *pin)
 		return rc;
 	pin->has_dmabuf = true;
 	pin->dmabuf_fd = fd; /* exported for exactly the pin: offset 0 is its base */
+	gdr_dbg("dmabuf_export range=%#llx-%#llx dev=%d fd=%d", (unsigned long long)pin->base,
+		(unsigned long long)(pin->base + pin->len), pin->device, fd);
 	return 0;
 }
 

@@ -155,6 +155,9 @@ static int kmod_pin(struct gdr_be *b, struct gdr_pin *pin)
 	}
 	pin->page_shift = (uint8_t)__builtin_ctz(p.page_size);
 	pin->page_count = p.page_count;
+	gdr_dbg("kmod_pin range=%#llx-%#llx handle=%#llx page_size=%u pages=%u",
+		(unsigned long long)pin->base, (unsigned long long)(pin->base + pin->len),
+		(unsigned long long)p.handle, p.page_size, p.page_count);
 	return 0;
 }
 

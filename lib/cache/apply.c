@@ -2,7 +2,9 @@
 /*
  * Free events applied to a cache (mode events): each event drops exactly the entries whose memory
  * it freed or reallocated; a context's end revalidates every entry. And the process's caches as the
- * interception of the driver's frees sees them (caches.h).
+ * interception of the driver's frees sees them (caches.h). At level debug, a line for each event
+ * that dropped entries and for each application of a hook's events that dropped or unpinned any
+ * (an event that drops nothing, most frees, says nothing).
  */
 #include <errno.h>
 #include <sched.h>
@@ -202,7 +204,7 @@ static uint64_t mono_ns(void)
 /* Apply every free (and allocation) event published so far. Under the lock. */
 void gdr_cache_drain_events(struct gdr_cache *c)
 {
-	uint64_t n = c->ev_next, head = gdr_events_head(), t0 = 0;
+	uint64_t n = c->ev_next, head = gdr_events_head(), t0 = 0, stale;
 	unsigned tries = 0;
 	bool gave_up = false;
 
@@ -241,6 +243,7 @@ void gdr_cache_drain_events(struct gdr_cache *c)
 			break;
 		}
 		c->st.events++;
+		stale = c->st.stale;
 		if (ev.kind == GDR_EV_CTX)
 			revalidate_all(c);
 		else if (ev.kind == GDR_EV_ALLOC)
@@ -254,6 +257,15 @@ void gdr_cache_drain_events(struct gdr_cache *c)
 				   ev.start + ev.len < ev.start ? UINT64_MAX : ev.start + ev.len);
 		else
 			drop_allocation(c, ev.start);
+		if (c->st.stale != stale)
+			gdr_dbg("event cache=%llu kind=%s %s=%#llx len=%llu dropped=%llu",
+				(unsigned long long)c->id,
+				ev.kind == GDR_EV_CTX     ? "context"
+				: ev.kind == GDR_EV_ALLOC ? "alloc"
+							  : "free",
+				ev.len ? "range" : "addr", (unsigned long long)ev.start,
+				(unsigned long long)ev.len,
+				(unsigned long long)(c->st.stale - stale));
 		n++;
 	}
 	__atomic_store_n(&c->ev_next, n, __ATOMIC_RELEASE);
@@ -306,13 +318,21 @@ bool gdr_cache_free_was_inflight(const struct gdr_inflight_snap *s, uint64_t a, 
 
 static void apply_one(struct gdr_cache *c, void *arg)
 {
-	uint64_t before;
+	uint64_t before, stale, events;
 
 	gdr_cache_lock(c);
 	before = c->st.unpins;
+	stale = c->st.stale;
+	events = c->st.events;
 	gdr_cache_drain_events(c);
 	gdr_settle(c); /* the entries the events dropped, unpinned now (one grace period for all) */
 	*(uint64_t *)arg += c->st.unpins - before;
+	if (c->st.stale != stale || c->st.unpins != before)
+		gdr_dbg("free_applied cache=%llu events=%llu dropped=%llu unpinned=%llu detached=%llu",
+			(unsigned long long)c->id, (unsigned long long)(c->st.events - events),
+			(unsigned long long)(c->st.stale - stale),
+			(unsigned long long)(c->st.unpins - before),
+			(unsigned long long)c->st.detached);
 	gdr_cache_unlock(c);
 }
 
@@ -334,6 +354,9 @@ static void relieve_one(struct gdr_cache *c, void *arg)
 	gdr_cache_lock(c);
 	gdr_cache_drain_events(c);
 	n = gdr_drop_unheld(c);
+	if (n)
+		gdr_dbg("relieve cache=%llu dropped=%d why=gpu_out_of_memory",
+			(unsigned long long)c->id, n);
 	c->st.evictions += (uint64_t)n;
 	*(uint64_t *)arg += (uint64_t)n;
 	gdr_cache_unlock(c);

@@ -2,16 +2,30 @@
 /*
  * Entries: their state, retirement with one grace period for many (settle), detachment of held
  * ones, eviction (CLOCK), validation under the lock, taking a hold (making the record and the MR),
- * flushing, and releasing a PD's MRs.
+ * flushing, and releasing a PD's MRs. At level debug: a line for each MR made, entry dropped
+ * (stale, evicted) and pin released (key=value, as miss.c's).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utlist.h>
 
 #include "cache/cache.h"
 #include "intercept/monitor.h"
 #include "nic/verbs.h"
+
+/* Microseconds of the monotonic clock, for the debug lines' durations; 0 below level debug (no
+ * clock read). */
+static uint64_t dbg_us(void)
+{
+	struct timespec ts;
+
+	if (__atomic_load_n(&gdr_log_level, __ATOMIC_RELAXED) < GDR_LOG_DEBUG)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 /* Set an entry's state, and its mirror in each of its records (what a hit reads). Seq_cst: a
  * grace period after it orders it before every lookup that may still take a hold (thread.c). */
@@ -132,6 +146,9 @@ static void entry_destroy(struct gdr_cache *c, struct gdr_entry *e)
 	for (struct gdr_region *r = e->regions; r; r = gdr_region_next(r))
 		gdr_record_retire(c, r);
 	e->pin.be->ops->unpin(e->pin.be, &e->pin);
+	gdr_dbg("unpin cache=%llu be=%s range=%#llx-%#llx bytes=%llu", (unsigned long long)c->id,
+		e->pin.be->ops->name, (unsigned long long)e->pin.base,
+		(unsigned long long)(e->pin.base + e->pin.len), (unsigned long long)e->pin.len);
 	c->st.unpins++;
 	c->st.entries--;
 	gdr_stats_pinned(c, -(int64_t)e->pin.len);
@@ -206,8 +223,10 @@ void gdr_entry_stale(struct gdr_cache *c, struct gdr_entry *e)
 	c->st.stale++;
 	for (uint32_t i = 0; i < e->ntags; i++)
 		gdr_synced_forget(c, gdr_entry_tags(e)[i].buffer_id);
-	gdr_dbg("entry [%#llx, +%llu) is stale: dropped", (unsigned long long)e->pin.base,
-		(unsigned long long)e->pin.len);
+	gdr_dbg("drop cache=%llu range=%#llx-%#llx id=%llu allocs=%u why=stale",
+		(unsigned long long)c->id, (unsigned long long)e->pin.base,
+		(unsigned long long)(e->pin.base + e->pin.len),
+		(unsigned long long)gdr_entry_tags(e)[0].buffer_id, e->ntags);
 	gdr_entry_drop(c, e);
 }
 
@@ -227,8 +246,10 @@ void gdr_quiesce_mark(struct gdr_entry *e, struct gdr_entry **cand)
 }
 
 /* After one grace period for all the candidates: drop those still unheld, give the others back to
- * lookups. Returns the number dropped; *bytes += what they pin. */
-static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t *bytes)
+ * lookups. Returns the number dropped; *bytes += what they pin. why: the reason, for the debug
+ * line of each. */
+static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t *bytes,
+			  const char *why)
 {
 	struct gdr_entry *e, *next;
 	int n = 0;
@@ -245,6 +266,10 @@ static int quiesce_finish(struct gdr_cache *c, struct gdr_entry *cand, uint64_t 
 		}
 		if (bytes)
 			*bytes += e->pin.len;
+		gdr_dbg("evict cache=%llu range=%#llx-%#llx bytes=%llu why=%s",
+			(unsigned long long)c->id, (unsigned long long)e->pin.base,
+			(unsigned long long)(e->pin.base + e->pin.len),
+			(unsigned long long)e->pin.len, why);
 		/* Dying already, holds final: gdr_settle() needs no grace period. */
 		gdr_entry_drop(c, e);
 		n++;
@@ -265,6 +290,10 @@ int gdr_evict(struct gdr_cache *c, uint64_t need)
 	uint64_t max_entries =
 		over ? c->cfg.max_entries - c->cfg.max_entries / 32 : c->cfg.max_entries;
 	uint64_t freed = 0;
+	/* Why entries go (least recently used first): a limit, or room a pin or MR needs. */
+	const char *why = c->st.pinned_bytes > c->cfg.max_bytes ? "max_bytes"
+			  : c->st.entries > c->cfg.max_entries  ? "max_entries"
+								: "need_space";
 	int n = 0;
 
 	for (;;) {
@@ -290,7 +319,7 @@ int gdr_evict(struct gdr_cache *c, uint64_t need)
 			}
 			e = next;
 		}
-		got = quiesce_finish(c, cand, &freed);
+		got = quiesce_finish(c, cand, &freed, why);
 		c->st.evictions += (uint64_t)got;
 		n += got;
 		if (!got || (c->st.pinned_bytes <= max_bytes && c->st.entries <= max_entries &&
@@ -452,6 +481,7 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 					break;
 		if (pd && !m) {
 			uint64_t base = exact ? a : e->pin.base, n = exact ? len : e->pin.len;
+			uint64_t t0 = dbg_us();
 
 			for (;;) {
 				rc = e->pin.be->ops->reg_mr(e->pin.be, &e->pin, pd, access, base, n,
@@ -466,6 +496,12 @@ int gdr_entry_take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, 
 					(unsigned long long)base, (unsigned long long)n, rc);
 				goto out;
 			}
+			gdr_dbg("mr cache=%llu pd=%p access=%#x range=%#llx-%#llx lkey=%#x rkey=%#x "
+				"type=%s us=%llu",
+				(unsigned long long)c->id, (void *)pd, (unsigned)access,
+				(unsigned long long)base, (unsigned long long)(base + n), own->lkey,
+				own->rkey, exact ? "exact" : "wide",
+				(unsigned long long)(dbg_us() - t0));
 		}
 		rc = gdr_region_new(c, e, pd, access, tag ? tag->kind : GDR_MEM_DEVICE, tag, &r);
 		if (rc) {
@@ -509,7 +545,7 @@ int gdr_drop_unheld(struct gdr_cache *c)
 	DL_FOREACH(c->lru, e)
 		if (entry_unheld_now(c, e))
 			gdr_quiesce_mark(e, &cand);
-	n = quiesce_finish(c, cand, NULL);
+	n = quiesce_finish(c, cand, NULL, gdr_cache_applying ? "gpu_out_of_memory" : "flush");
 	limits_update(c);
 	return n;
 }
@@ -528,6 +564,7 @@ GDR_EXPORT int gdr_cache_flush(struct gdr_cache *c)
 	gdr_cache_lock(c);
 	gdr_cache_drain_events(c);
 	n = gdr_drop_unheld(c);
+	gdr_dbg("flush cache=%llu dropped=%d", (unsigned long long)c->id, n);
 	gdr_cache_unlock(c);
 	return n;
 }

@@ -4,10 +4,15 @@
  * backend of its device, set SYNC_MEMOPS once per allocation, decide how much to pin, pin (evicting
  * and retrying while the backend is short of space) and take over the entries it overlaps. Host
  * memory is passed through to the NIC, never cached.
+ *
+ * At level debug, one short key=value line for each step of a miss (miss, classify, pin, mr, join,
+ * refuse; entry.c and apply.c log the rest), cache=N its id (thread.c). Debug lines are not
+ * rate-limited (log.c): a job missing a million times a second writes lines as fast.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utlist.h>
 
 #include "cache/cache.h"
@@ -23,6 +28,28 @@
 #define SYNCED_MISSES(v) ((uint8_t)((v) >> 4))
 #define SYNCED_VAL(kind, misses) ((uint8_t)((kind) | (misses) << 4))
 _Static_assert(GDR_MEM_POOL < 16, "a memory kind fits 4 bits");
+
+/* Microseconds of the monotonic clock, for the debug lines' durations; 0 below level debug (no
+ * clock read). */
+static uint64_t dbg_us(void)
+{
+	struct timespec ts;
+
+	if (__atomic_load_n(&gdr_log_level, __ATOMIC_RELAXED) < GDR_LOG_DEBUG)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static const char *kind_name(uint8_t kind)
+{
+	static const char *const names[] = { [GDR_MEM_HOST] = "host",
+					     [GDR_MEM_DEVICE] = "device",
+					     [GDR_MEM_VMM] = "vmm",
+					     [GDR_MEM_POOL] = "pool" };
+
+	return kind < sizeof(names) / sizeof(names[0]) && names[kind] ? names[kind] : "?";
+}
 
 /* ---- SYNC_MEMOPS, once per allocation ------------------------------------------------------ */
 
@@ -123,9 +150,9 @@ static int cover_pool_allocation(struct gdr_cache *c, struct pin_cover *cv,
 
 /* Walk the CUDA allocations under [a, a+len). 0 with tags and *cv; 1: host memory (or unknown to
  * CUDA); -EOPNOTSUPP: managed; -EINVAL: the range mixes GPU and other memory or spans too many
- * pieces. */
+ * pieces. *why: a refusal's reason, for its debug line. */
 static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_tag *tags,
-		    uint32_t *ntags, struct pin_cover *cv)
+		    uint32_t *ntags, struct pin_cover *cv, const char **why)
 {
 	uint64_t q = a, end = a + len;
 	uint32_t n = 0;
@@ -138,12 +165,14 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 
 		if (rc) {
 			c->st.fail_cuda++;
+			*why = "cuda_classify";
 			return rc;
 		}
 		if (pi.managed) {
 			c->st.refused_managed++;
 			gdr_warn("%#llx is CUDA managed memory: GPUDirect RDMA does not support it",
 				 (unsigned long long)q);
+			*why = "managed";
 			return -EOPNOTSUPP;
 		}
 		if (pi.mem_type != GDR_CU_MEMORYTYPE_DEVICE) {
@@ -157,6 +186,7 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			c->st.fail_input++;
 			gdr_err("[%#llx, +%llu) mixes GPU memory and other memory",
 				(unsigned long long)a, (unsigned long long)len);
+			*why = "mixed_memory";
 			return -EINVAL;
 		}
 		if (!pi.size || pi.start > q || pi.start + pi.size <= q) {
@@ -164,11 +194,13 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			gdr_err("CUDA reports allocation [%#llx, +%llu) for %#llx",
 				(unsigned long long)pi.start, (unsigned long long)pi.size,
 				(unsigned long long)q);
+			*why = "cuda_range";
 			return -EIO;
 		}
 		if (n == GDR_MAX_TAGS) {
 			gdr_err("[%#llx, +%llu) spans more than %d GPU allocations",
 				(unsigned long long)a, (unsigned long long)len, GDR_MAX_TAGS);
+			*why = "too_many_allocations";
 			return -EINVAL;
 		}
 		tags[n++] = (struct gdr_tag){ .start = pi.start,
@@ -182,8 +214,10 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
 			cv->pool = true;
 			cover_add(cv, pi.map_start, pi.map_start + pi.map_size);
 			rc = cover_pool_allocation(c, cv, &pi);
-			if (rc)
+			if (rc) {
+				*why = "cuda_pool_chunk";
 				return rc;
+			}
 		} else {
 			cover_add(cv, GDR_ALIGN_DOWN(pi.start), GDR_ALIGN_UP(pi.start + pi.size));
 		}
@@ -197,10 +231,12 @@ static int classify(struct gdr_cache *c, uint64_t a, uint64_t len, struct gdr_ta
  * pinnable space (BAR exhaustion: -ENOMEM / -ENOSPC). */
 static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 {
+	uint64_t t0, retries = 0;
 	int rc;
 
 	/* What was dropped is unpinned first: no page pinned twice by indexed entries. */
 	gdr_settle(c);
+	t0 = dbg_us();
 	for (;;) {
 		rc = pin->be->ops->pin(pin->be, pin);
 		if (rc != -ENOMEM && rc != -ENOSPC)
@@ -208,6 +244,7 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 		if (!gdr_evict(c, pin->len))
 			break;
 		c->st.fail_pin_retried++;
+		retries++;
 	}
 	if (rc == -EOPNOTSUPP) {
 		c->st.fail_pin++;
@@ -225,6 +262,11 @@ static int pin_retry(struct gdr_cache *c, struct gdr_pin *pin)
 		return rc;
 	}
 	c->st.pins++;
+	gdr_dbg("pin cache=%llu be=%s dev=%d range=%#llx-%#llx bytes=%llu retries=%llu us=%llu",
+		(unsigned long long)c->id, pin->be->ops->name, pin->device,
+		(unsigned long long)pin->base, (unsigned long long)(pin->base + pin->len),
+		(unsigned long long)pin->len, (unsigned long long)retries,
+		(unsigned long long)(dbg_us() - t0));
 	return 0;
 }
 
@@ -279,7 +321,7 @@ whole:
 /* A miss: pin a new entry for tags, taking over the entries it overlaps. */
 static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint64_t len,
 			const struct gdr_tag *tags, uint32_t ntags, const struct pin_cover *cv,
-			struct gdr_entry **out)
+			struct gdr_entry **out, const char **why)
 {
 	uint64_t lo = tags[0].start, hi = tags[ntags - 1].start + tags[ntags - 1].size;
 	uint64_t base, end;
@@ -296,6 +338,7 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	} else {
 		pin_extent(c, a, len, lo, hi, tags, &base, &end);
 	}
+	*why = "no_memory";
 	e = gdr_entry_alloc(c);
 	if (!e)
 		return -ENOMEM;
@@ -340,9 +383,11 @@ static int entry_create(struct gdr_cache *c, struct gdr_be *be, uint64_t a, uint
 	e->pin.dmabuf_fd = -1;
 	e->pin.device = tags[0].device;
 	e->pin.be = be;
+	*why = "pin";
 	rc = pin_retry(c, &e->pin);
 	if (rc)
 		goto err_free;
+	*why = "no_memory";
 	rc = gdr_index_insert(&c->index, e);
 	if (rc) {
 		e->pin.be->ops->unpin(e->pin.be, &e->pin);
@@ -362,27 +407,39 @@ err_free:
 }
 
 static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t len, int access,
-		    struct gdr_region **out)
+		    struct gdr_region **out, const char **why)
 {
 	struct gdr_region *r;
+	uint32_t lkey, rkey;
+	uint64_t t0;
 	int rc;
 
+	gdr_dbg("classify cache=%llu addr=%#llx len=%llu kind=host%s", (unsigned long long)c->id,
+		(unsigned long long)a, (unsigned long long)len, c->cuda_ok ? "" : " cuda=none");
 	if (!pd) {
 		c->st.fail_input++;
 		gdr_err("%#llx is not GPU memory%s and no PD was given: nothing to register",
 			(unsigned long long)a, c->cuda_ok ? "" : " (no CUDA driver)");
+		*why = "host_without_pd";
 		return c->cuda_ok ? -EINVAL : -ENODEV;
 	}
+	*why = "no_record";
 	rc = gdr_region_new(c, NULL, pd, access, GDR_MEM_HOST, NULL, &r);
 	if (rc)
 		return rc;
+	t0 = dbg_us();
 	rc = gdr_verbs_reg(c->sys.verbs, pd, (void *)(uintptr_t)a, len, a, access, &r->mr);
 	if (rc) {
 		c->st.fail_mr++;
 		gdr_record_retire(c, r);
 		gdr_record_free(c, r);
+		*why = "mr";
 		return rc;
 	}
+	gdr_mr_keys(r->mr, &lkey, &rkey);
+	gdr_dbg("mr cache=%llu pd=%p access=%#x range=%#llx-%#llx lkey=%#x rkey=%#x type=host us=%llu",
+		(unsigned long long)c->id, (void *)pd, (unsigned)access, (unsigned long long)a,
+		(unsigned long long)(a + len), lkey, rkey, (unsigned long long)(dbg_us() - t0));
 	__atomic_store_n(&r->used, 1, __ATOMIC_RELAXED); /* held */
 	c->st.passthrough++;
 	c->nhost++;
@@ -396,7 +453,7 @@ static int reg_host(struct gdr_cache *c, struct ibv_pd *pd, uint64_t a, uint64_t
  * device, else (mode AUTO) the next one in the automatic order that does, chosen once per device.
  * 0 and *be; -EOPNOTSUPP when none does (logged once a device); -EINVAL: the range spans GPUs. */
 static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t ntags,
-		       struct gdr_be **be)
+		       struct gdr_be **be, const char **why_refused)
 {
 	int d = tags[0].device;
 	const char *why = "";
@@ -406,6 +463,7 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 			c->st.fail_input++;
 			gdr_err("the range at %#llx spans CUDA devices %d and %d",
 				(unsigned long long)tags[0].start, d, tags[i].device);
+			*why_refused = "spans_devices";
 			return -EINVAL;
 		}
 	if (d < 0 || d >= GDR_MAX_DEVICES)
@@ -414,6 +472,7 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 		*be = c->dev_be[d];
 		return 0;
 	}
+	*why_refused = "no_backend_for_device";
 	if (c->dev_refused[d])
 		return -EOPNOTSUPP;
 	if (!c->backend->ops->serves || c->backend->ops->serves(c->backend, d, &why)) {
@@ -438,15 +497,33 @@ static int backend_for(struct gdr_cache *c, const struct gdr_tag *tags, uint32_t
 
 /* ---- the two paths of gdr_reg ------------------------------------------------------------------- */
 
-/* The locked path: misses, stale entries, new records, pending events. */
-int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
-		   uint64_t len, int access, bool exact, struct gdr_region **out)
+/* gdr_entry_take, and the reason it refused, for the debug line (from what it counted). */
+static int take(struct gdr_cache *c, struct gdr_thr *t, struct gdr_entry *e, struct ibv_pd *pd,
+		int access, uint64_t a, uint64_t len, bool exact, struct gdr_region **out,
+		const char **why)
+{
+	uint64_t fail_mr = c->st.fail_mr, fail_input = c->st.fail_input;
+	int rc = gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+
+	if (rc)
+		*why = c->st.fail_mr != fail_mr         ? "mr"
+		       : c->st.fail_input != fail_input ? "backend_needs_pd"
+		       : rc == -EIO                     ? "no_allocation_at_addr"
+							: "no_memory";
+	return rc;
+}
+
+/* The locked path: misses, stale entries, new records, pending events. *why: a refusal's reason. */
+static int reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		      uint64_t len, int access, bool exact, struct gdr_region **out,
+		      const char **why)
 {
 	struct gdr_tag tags[GDR_MAX_TAGS];
 	struct pin_cover cover;
 	struct gdr_be *be = NULL;
 	struct gdr_inflight_snap snap;
 	struct gdr_entry *e;
+	const char *miss = "none"; /* what the index had at a */
 	uint32_t ntags = 0;
 	int rc;
 
@@ -462,48 +539,71 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 		gdr_entry_drop(c, e);
 		gdr_settle(c);
 		e = NULL;
+		miss = "exact_full";
 	}
 	if (e && a + len <= e->pin.base + e->pin.len) {
+		uint64_t revoked = c->st.revoked;
+
 		rc = gdr_entry_check(c, e, a, len, false);
 		if (rc == 0) {
 			c->st.hits++;
-			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+			return take(c, t, e, pd, access, a, len, exact, out, why);
 		}
 		if (rc < 0) {
+			miss = c->st.revoked != revoked ? "revoked" : "stale";
 			gdr_entry_stale(c, e);
 			e = NULL;
+		} else {
+			miss = "gap"; /* inside the pin, not inside its known allocations */
 		}
 	} else {
+		if (e && a < e->pin.base + e->pin.len)
+			miss = "past_pin";
 		e = NULL;
 	}
 
-	if (!c->cuda_ok)
-		return reg_host(c, pd, a, len, access, out);
-	rc = classify(c, a, len, tags, &ntags, &cover);
-	if (rc == 1)
-		return reg_host(c, pd, a, len, access, out);
-	if (rc)
+	if (!c->cuda_ok) {
+		gdr_dbg("miss cache=%llu addr=%#llx len=%llu why=%s", (unsigned long long)c->id,
+			(unsigned long long)a, (unsigned long long)len, miss);
+		return reg_host(c, pd, a, len, access, out, why);
+	}
+	rc = classify(c, a, len, tags, &ntags, &cover, why);
+	if (rc < 0)
 		return rc;
 	/* Classified while a free of this memory may be running: it may be gone when the driver
 	 * returns. Nothing is cached; the caller waits for the free and starts again. A free in
 	 * flight now, or one that was when its event was applied above (it may have ended since:
-	 * its event is gone, and what classify() saw may be the memory it freed). */
-	if (gdr_cache_free_inflight(a, len, tags, ntags) ||
-	    gdr_cache_free_was_inflight(&snap, a, len, tags, ntags))
+	 * its event is gone, and what classify() saw may be the memory it freed). Host memory is
+	 * not cached: it needs no wait. */
+	if (!rc && (gdr_cache_free_inflight(a, len, tags, ntags) ||
+		    gdr_cache_free_was_inflight(&snap, a, len, tags, ntags)))
 		return -EINPROGRESS;
-	rc = backend_for(c, tags, ntags, &be);
+	gdr_dbg("miss cache=%llu addr=%#llx len=%llu why=%s", (unsigned long long)c->id,
+		(unsigned long long)a, (unsigned long long)len, miss);
+	if (rc == 1)
+		return reg_host(c, pd, a, len, access, out, why);
+	rc = backend_for(c, tags, ntags, &be, why);
 	if (rc)
 		return rc;
 	if (!pd && !be->ops->pins_without_pd) {
 		c->st.fail_input++;
 		gdr_err("backend %s registers GPU memory only with a PD", be->ops->name);
+		*why = "backend_needs_pd";
 		return -EOPNOTSUPP;
 	}
 	for (uint32_t i = 0; i < ntags; i++) {
 		rc = sync_memops(c, &tags[i]);
-		if (rc)
+		if (rc) {
+			*why = "sync_memops";
 			return rc;
+		}
 	}
+	gdr_dbg("classify cache=%llu addr=%#llx kind=%s dev=%d alloc=%#llx-%#llx id=%llu allocs=%u "
+		"be=%s",
+		(unsigned long long)c->id, (unsigned long long)a, kind_name(tags[0].kind),
+		tags[0].device, (unsigned long long)tags[0].start,
+		(unsigned long long)(tags[0].start + tags[0].size),
+		(unsigned long long)tags[0].buffer_id, ntags, be->ops->name);
 
 	/* Inside a pinned range but partly outside its known allocations: another allocation that
 	 * shares the entry's pages. If every allocation the entry already serves is still alive, the
@@ -516,17 +616,37 @@ int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, ui
 
 			rc = gdr_entry_add_tags(e, tags, ntags);
 			gdr_cache_track_reach(c, e, before); /* what was added, even if not all */
-			if (rc)
+			if (rc) {
+				*why = "no_memory";
 				return rc;
+			}
 			c->st.hits++;
-			return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+			gdr_dbg("join cache=%llu addr=%#llx pin=%#llx-%#llx id=%llu",
+				(unsigned long long)c->id, (unsigned long long)a,
+				(unsigned long long)e->pin.base,
+				(unsigned long long)(e->pin.base + e->pin.len),
+				(unsigned long long)tags[0].buffer_id);
+			return take(c, t, e, pd, access, a, len, exact, out, why);
 		}
 	}
 
 	c->st.misses++;
-	rc = entry_create(c, be, a, len, tags, ntags, &cover, &e);
+	rc = entry_create(c, be, a, len, tags, ntags, &cover, &e, why);
 	if (rc)
 		return rc;
 	/* If the MR cannot be made the pin stays cached, valid, for the next caller. */
-	return gdr_entry_take(c, t, e, pd, access, a, len, exact, out);
+	return take(c, t, e, pd, access, a, len, exact, out, why);
+}
+
+int gdr_reg_locked(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, uint64_t a,
+		   uint64_t len, int access, bool exact, struct gdr_region **out)
+{
+	const char *why = "?";
+	int rc = reg_locked(c, t, pd, a, len, access, exact, out, &why);
+
+	if (rc && rc != -EINPROGRESS)
+		gdr_dbg("refuse cache=%llu addr=%#llx len=%llu rc=%d why=%s",
+			(unsigned long long)c->id, (unsigned long long)a, (unsigned long long)len,
+			rc, why);
+	return rc;
 }

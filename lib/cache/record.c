@@ -179,6 +179,8 @@ void gdr_record_retire(struct gdr_cache *c, struct gdr_region *r)
 	__atomic_store_n(&r->magic, GDR_REGION_DEAD, __ATOMIC_SEQ_CST);
 	if (r->entry && r->mr && (r->exact || !mr_shared(r))) {
 		/* Nobody holds the record (or any of its entry's for that pair) any more. */
+		gdr_dbg("mr_dereg cache=%llu pd=%p lkey=%#x rkey=%#x", (unsigned long long)c->id,
+			(void *)r->pd, r->mr->lkey, r->mr->rkey);
 		gdr_verbs_dereg(c->sys.verbs, r->mr);
 		r->mr = NULL;
 	}

@@ -329,6 +329,17 @@ static int reg_slow(struct gdr_cache *c, struct gdr_thr *t, struct ibv_pd *pd, u
 		    uint64_t len, int access, bool exact, bool cached_only,
 		    const struct stale_hit *st, struct gdr_region **region);
 
+/* A registration refused before or after the locked path (miss.c logs its own): its debug line,
+ * the reason's own line (if any) logged at its level already. Out of line, off the hit path. */
+static __attribute__((noinline, cold)) int reg_refuse(const struct gdr_cache *c, uint64_t a,
+						      uint64_t len, int rc, const char *why)
+{
+	gdr_dbg("refuse cache=%llu addr=%#llx len=%llu rc=%d why=%s",
+		(unsigned long long)(c ? c->id : 0), (unsigned long long)a, (unsigned long long)len,
+		rc, why);
+	return rc;
+}
+
 /* This thread's record in c, made at its first registration there (it allocates): errno kept. */
 static __attribute__((noinline)) struct gdr_thr *thr_first(struct gdr_cache *c)
 {
@@ -349,11 +360,12 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 
 	if (!c || !region) {
 		gdr_err("NULL %s", c ? "region pointer" : "cache");
-		return -EINVAL;
+		return reg_refuse(c, a, len, -EINVAL, c ? "null_region_pointer" : "null_cache");
 	}
 	*region = NULL;
 	if (gdr_monitor_in_callback()) /* a miss would wait for the free this thread is making */
-		return gdr_monitor_refuse("gdr_reg (a miss)");
+		return reg_refuse(c, a, len, gdr_monitor_refuse("gdr_reg (a miss)"),
+				  "in_free_callback");
 	access = req_access(pd, access);
 	if (!len || a + len < a) {
 		gdr_cache_lock(c);
@@ -361,16 +373,16 @@ static __attribute__((noinline)) int reg_general(struct gdr_cache *c, struct ibv
 		gdr_cache_unlock_plain(c);
 		gdr_err("bad range [%p, +%zu): %s", addr, len,
 			len ? "wraps around" : "zero length");
-		return -EINVAL;
+		return reg_refuse(c, a, len, -EINVAL, len ? "range_wraps" : "zero_length");
 	}
 	t = gdr_thr_find(c); /* no libc once this thread has its record */
 	if (__builtin_expect(!t, 0) && !(t = thr_first(c)))
-		return -ENOMEM;
+		return reg_refuse(c, a, len, -ENOMEM, "no_memory");
 	rc = reg_fast(c, t, pd, a, len, access, exact, region, &st);
 	if (!rc)
 		return 0;
-	if (rc == 1 && cached_only)
-		return -ENOENT; /* nothing asked of the driver, nothing locked */
+	if (rc == 1 && cached_only) /* nothing asked of the driver, nothing locked */
+		return reg_refuse(c, a, len, -ENOENT, "not_cached");
 	return reg_slow(c, t, pd, a, len, access, exact, cached_only, rc == 2 ? &st : NULL, region);
 }
 
@@ -490,11 +502,15 @@ static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_th
 			__atomic_store_n(st->ctr, __atomic_load_n(st->ctr, __ATOMIC_RELAXED) - 1,
 					 __ATOMIC_RELAXED);
 		*region = NULL;
-		return gdr_monitor_refuse("gdr_reg (a miss)");
+		return reg_refuse(c, a, len, gdr_monitor_refuse("gdr_reg (a miss)"),
+				  "in_free_callback");
 	}
 	gdr_cache_lock(c);
 	if (st) {
 		/* Stale (or not provably valid): retired while our hold keeps it, then let go. */
+		gdr_dbg("hit_refused cache=%llu addr=%#llx len=%llu why=%s",
+			(unsigned long long)c->id, (unsigned long long)a, (unsigned long long)len,
+			st->revoked ? "revoked" : "invalid");
 		c->st.revoked += st->revoked;
 		if (__atomic_load_n(&st->e->state, __ATOMIC_RELAXED) == GDR_LIVE)
 			gdr_entry_stale(c, st->e);
@@ -503,12 +519,16 @@ static __attribute__((noinline)) int reg_slow(struct gdr_cache *c, struct gdr_th
 	}
 	if (cached_only) {
 		gdr_cache_unlock(c);
-		return -ENOENT;
+		return reg_refuse(c, a, len, -ENOENT, "not_cached");
 	}
 	for (unsigned tries = 0;; tries++) {
 		rc = gdr_reg_locked(c, t, pd, a, len, access, exact, region);
 		if (rc != -EINPROGRESS)
 			break;
+		if (!tries)
+			gdr_dbg("wait cache=%llu addr=%#llx len=%llu why=free_in_flight",
+				(unsigned long long)c->id, (unsigned long long)a,
+				(unsigned long long)len);
 		__atomic_add_fetch(&c->reg_waits, 1, __ATOMIC_RELAXED);
 		gdr_cache_unlock(c);
 		if (tries < 64)
