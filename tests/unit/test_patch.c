@@ -131,7 +131,9 @@ HOOK(t_two_b)
 
 static long other_hook(long a, long b, long c, long d, long e, long f)
 {
-	return a + b + c + d + e + f;
+	/* unsigned: the cases pass addresses and large values (no signed overflow) */
+	return (long)((unsigned long)a + (unsigned long)b + (unsigned long)c + (unsigned long)d +
+		      (unsigned long)e + (unsigned long)f);
 }
 
 /* The protection of the mapping holding p, as /proc/self/maps writes it ("r-xp"). */

@@ -218,8 +218,10 @@ static int setup(void **state)
 	/* what a failed case left behind is not the next one's */
 	pthread_mutex_lock(&mrs_lock);
 	mrs_live = mr_unknown = 0;
-	memset(mr_id, 0, mr_cap * sizeof(*mr_id));
-	memset(live_of, 0, live_cap * sizeof(*live_of));
+	if (mr_id)
+		memset(mr_id, 0, mr_cap * sizeof(*mr_id));
+	if (live_of)
+		memset(live_of, 0, live_cap * sizeof(*live_of));
 	pthread_mutex_unlock(&mrs_lock);
 	return 0;
 }
