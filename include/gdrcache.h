@@ -59,6 +59,8 @@
  *                          text, kv or json (default auto)
  *   GDRCACHE_STATS_SIGNAL  also write the statistics on this signal: none, USR1, USR2, HUP or
  *                          RTMIN+n (default none)
+ *   GDRCACHE_STATS_INTERVAL also write the statistics every this many seconds, from a thread of
+ *                          the library (0: never) (default 0)
  *   GDRCACHE_KMOD_DEV      the kernel module's device (default /dev/gdrcache)
  *   GDRCACHE_LIBCUDA       the CUDA driver library to dlopen, for tests and debugging (default
  *                          libcuda.so.1)

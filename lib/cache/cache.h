@@ -11,6 +11,7 @@
 #include "gdrcache.h"
 #include "common/config.h"
 #include "common/defs.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "backend/backend.h"
 #include "validate/validate.h"
@@ -283,16 +284,20 @@ static inline struct gdr_thr *gdr_thr_find(struct gdr_cache *c)
  * exit() from one) then knows the lock may be its own. */
 static inline void gdr_cache_lock(struct gdr_cache *c)
 {
-	if (!gdr_locks_held++)
+	if (!gdr_locks_held++) {
 		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &gdr_cache_cancel_state);
+		gdr_ident_cache = c->id; /* log lines made under it say cache=N (common/ident.h) */
+	}
 	pthread_mutex_lock(&c->lock);
 }
 
 static inline void gdr_cache_unlock_plain(struct gdr_cache *c)
 {
 	pthread_mutex_unlock(&c->lock);
-	if (!--gdr_locks_held)
+	if (!--gdr_locks_held) {
+		gdr_ident_cache = 0;
 		pthread_setcancelstate(gdr_cache_cancel_state, NULL);
+	}
 }
 
 void gdr_cache_unlock(struct gdr_cache *c);
@@ -393,7 +398,6 @@ bool gdr_cache_free_was_inflight(const struct gdr_inflight_snap *s, uint64_t a, 
 
 /* Holds on e summed over threads (final only for an entry that is not LIVE). Under c->lock. */
 int64_t gdr_entry_holds(struct gdr_cache *c, const struct gdr_entry *e);
-
 
 /* A definition bound to one symbol version of lib/libgdrcache.map (rdma-core's habit): "NAME@@V"
  * is the one programs link now, "NAME@V" an older one kept for the programs built against it

@@ -1,20 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Statistics: counters live in struct gdr_cache; this writes them out, at gdr_cache_destroy, at
- * exit and on GDRCACHE_STATS_SIGNAL, to stderr or the file of GDRCACHE_STATS=file:PATH, as the
- * text line, key=value or JSON (GDRCACHE_STATS_FORMAT). Each record is one write(2) on a file
- * opened for appending, so the records of several processes sharing a file never mix.
+ * exit, on GDRCACHE_STATS_SIGNAL and every GDRCACHE_STATS_INTERVAL seconds, to stderr or the file
+ * of GDRCACHE_STATS=file:PATH, as the text line, key=value or JSON (GDRCACHE_STATS_FORMAT). Each
+ * record is one write(2) on a file opened for appending, so the records of several processes
+ * sharing a file never mix. Every field of a record, its type and meaning: docs/statistics.md.
  *
  * The signal: its handler only writes a byte to a non-blocking pipe (async-signal-safe, no lock,
  * no allocation), then calls the handler that was installed before it, if any; a thread started
  * with the handler reads the pipe and writes the records, where taking the caches' locks and
  * formatting are safe. Formatting inside the handler instead would need the cache's counters
- * without its lock and a formatter without stdio; a thread costs one blocked read.
+ * without its lock and a formatter without stdio; a thread costs one blocked poll(2). The same
+ * thread writes the periodic records: its poll's timeout is the next one's time (CLOCK_MONOTONIC),
+ * so it wakes once per interval and never spins. A child of fork() has no such thread: neither
+ * signal nor periodic records there, only its records at destroy and exit.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -27,6 +33,8 @@
 
 #include "cache/cache.h"
 #include "cache/thread.h"
+#include "common/ident.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/output.h"
 #include "intercept/hooks.h"
@@ -75,18 +83,11 @@ static void put(struct buf *b, const char *fmt, ...)
 	b->len = n < 0 ? b->cap : b->len + (size_t)n;
 }
 
+/* A JSON string (common/json.c's escaping, the one gdrcache_info uses), cut as put() cuts. */
 static void put_json_str(struct buf *b, const char *s)
 {
-	put(b, "\"");
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			put(b, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			put(b, "\\u%04x", *s);
-		else
-			put(b, "%c", *s);
-	}
-	put(b, "\"");
+	if (b->len < b->cap)
+		b->len += gdr_json_quote(b->p + b->len, b->cap - b->len, s);
 }
 
 /* A kv value: as it is when it has no blank, quote or backslash; else quoted and escaped. */
@@ -142,13 +143,24 @@ static void stats_write(const struct gdr_output *o, struct buf *b)
 		close(fd);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void gdr_stats_emit(const char *source, const char *why, const char *prefix, const char *head,
 		    const struct gdr_stat *v, unsigned n)
 {
 	const struct gdr_output *o = gdr_config_output();
-	int format = o->stats_format;
+	const struct gdr_ident *id = gdr_ident(); /* read with the configuration: never NULL here */
+	const char *host = id ? id->host : "unknown";
+	int format = o->stats_format, rank = id ? id->rank : -1;
 	char stack[8192], when[40];
 	struct buf b = { stack, 0, sizeof(stack) };
+	uint64_t mono = mono_ns();
 
 	if (format == GDR_STATS_AUTO)
 		format = o->stats_file[0] ? GDR_STATS_JSON : GDR_STATS_TEXT;
@@ -163,7 +175,9 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 	} else if (format == GDR_STATS_KV) {
 		put(&b, "gdrcache_stats source=%s why=", source);
 		put_kv_str(&b, why);
-		put(&b, " pid=%d time=%s", (int)getpid(), when);
+		put(&b, " pid=%d time=%s schema=%d host=", (int)getpid(), when, GDR_STATS_SCHEMA);
+		put_kv_str(&b, host);
+		put(&b, " rank=%d mono_ns=%" PRIu64, rank, mono);
 		for (unsigned i = 0; i < n; i++) {
 			put(&b, " %s=", v[i].key);
 			if (v[i].str)
@@ -173,8 +187,15 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 		}
 		put(&b, "\n");
 	} else {
-		put(&b, "{\"source\": \"%s\", \"why\": \"%s\", \"pid\": %d, \"time\": \"%s\"",
-		    source, why, (int)getpid(), when);
+		put(&b, "{\"source\": ");
+		put_json_str(&b, source);
+		put(&b, ", \"why\": ");
+		put_json_str(&b, why);
+		put(&b,
+		    ", \"pid\": %d, \"time\": \"%s\", \"schema\": %d, \"host\": ", (int)getpid(),
+		    when, GDR_STATS_SCHEMA);
+		put_json_str(&b, host);
+		put(&b, ", \"rank\": %d, \"mono_ns\": %" PRIu64, rank, mono);
 		for (unsigned i = 0; i < n; i++) {
 			put(&b, ", \"%s\": ", v[i].key);
 			if (v[i].str)
@@ -189,19 +210,45 @@ void gdr_stats_emit(const char *source, const char *why, const char *prefix, con
 
 /* ---- A cache's record ----------------------------------------------------------------------- */
 
+/* The interception's state in a record, a number and its name: from gdr_intercept_get_stats's
+ * state (0 or -errno). */
+enum icpt_state {
+	ICPT_IN_EFFECT = 0, /* every route to a free proven intercepted: free events possible */
+	ICPT_OFF = 1,       /* turned off (GDRCACHE_INTERCEPT=off, a cache's attribute) */
+	ICPT_YIELDED = 2,   /* GDRCACHE_INTERCEPT=yield found another tool's patch */
+	ICPT_NO_DRIVER = 3, /* no CUDA driver */
+	ICPT_UNPROVEN = 4,  /* installed, but a route is not intercepted (or another error) */
+	ICPT_UNKNOWN = 5,   /* not asked: a child of fork(), or a thread holding a cache's lock */
+};
+static const char *const icpt_names[] = { "in_effect", "off",      "yielded",
+					  "no_driver", "unproven", "unknown" };
+
+static enum icpt_state icpt_state_of(int state)
+{
+	return !state                 ? ICPT_IN_EFFECT
+	       : state == -EOPNOTSUPP ? ICPT_OFF
+	       : state == -EBUSY      ? ICPT_YIELDED
+	       : state == -ENODEV     ? ICPT_NO_DRIVER
+				      : ICPT_UNPROVEN;
+}
+
 void gdr_stats_print(struct gdr_cache *c, const char *why)
 {
 	struct gdr_cache_stats st, *s = &st;
-	char icpt[512], why_child[64];
-	uint64_t exact_mrs, exact_replaced;
-	bool locked;
+	struct gdr_intercept_stats is;
+	enum icpt_state icpt_state = ICPT_UNKNOWN;
+	char icpt[512], why_child[64], rank[32] = "";
+	uint64_t exact_mrs, exact_replaced, old_cache;
+	bool locked, child = c->stats_pid && c->stats_pid != (int)getpid();
+	const struct gdr_ident *id = gdr_ident();
 
 	/* A child of fork() inherits the parent's caches with their counts: its records say so, or
 	 * whoever sums the records by pid counts the parent's registrations twice. */
-	if (c->stats_pid && c->stats_pid != (int)getpid()) {
+	if (child) {
 		snprintf(why_child, sizeof(why_child), "%s, child of fork", why);
 		why = why_child;
 	}
+	old_cache = gdr_ident_cache_enter(c->id); /* the lines logged meanwhile: "cache=N" */
 
 	/* Not waited for where this thread holds a cache lock (or waits for one): exit() from a
 	 * signal handler (a program's SIGINT handler) that interrupted a registration runs the
@@ -214,10 +261,18 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 	exact_mrs = __atomic_load_n(&c->exact_mrs, __ATOMIC_RELAXED);
 	exact_replaced = __atomic_load_n(&c->exact_replaced, __ATOMIC_RELAXED);
 	gdr_hooks_stats_line(icpt, sizeof(icpt));
+	/* The interception's numbers: libcuda was loaded by the cache's creation, so this loads
+	 * nothing. Not asked in a child of fork() (the driver is unusable there, and its first
+	 * probe would call it) nor under a cache's lock (it walks the caches' list). */
+	memset(&is, 0, sizeof(is));
+	if (!child && !gdr_locks_held && !gdr_intercept_get_stats(&is, sizeof(is)))
+		icpt_state = icpt_state_of(is.state);
 
 	const struct gdr_stat v[] = {
 		{ "backend", c->backend->ops->name, 0 },
 		{ "validate", c->validator->name, 0 },
+		{ "cache_id", NULL, c->id },
+		/* The text form's first line: from hits to overlap_split. */
 		{ "hits", NULL, s->hits },
 		{ "misses", NULL, s->misses },
 		{ "stale", NULL, s->stale },
@@ -249,25 +304,56 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		{ "exact_mrs", NULL, exact_mrs },
 		{ "exact_replaced", NULL, exact_replaced },
 		{ "interception", icpt, 0 },
+		{ "intercept_state", NULL, icpt_state },
+		{ "intercept_state_name", icpt_names[icpt_state], 0 },
+		{ "intercept_errno", NULL, is.state < 0 ? (uint64_t)-is.state : 0 },
+		/* Past this point: only where the state is known. */
+		{ "intercept_frees_mem_free", NULL, is.frees[GDR_FREE_MEM_FREE] },
+		{ "intercept_frees_mem_free_async", NULL, is.frees[GDR_FREE_MEM_FREE_ASYNC] },
+		{ "intercept_frees_mem_free_host", NULL, is.frees[GDR_FREE_MEM_FREE_HOST] },
+		{ "intercept_frees_mem_unmap", NULL, is.frees[GDR_FREE_MEM_UNMAP] },
+		{ "intercept_frees_ipc_close", NULL, is.frees[GDR_FREE_IPC_CLOSE] },
+		{ "intercept_frees_ctx", NULL, is.frees[GDR_FREE_CTX] },
+		{ "intercept_released", NULL, is.released },
+		{ "intercept_deferred", NULL, is.deferred },
+		{ "intercept_reg_waits", NULL, is.reg_waits },
+		{ "intercept_oom_relief", NULL, is.oom_relief },
+		{ "intercept_oom_retry_ok", NULL, is.oom_retry_ok },
+		{ "intercept_free_ns", NULL, is.free_ns },
+		{ "intercept_own_releases", NULL, is.own_releases },
 	};
-	const unsigned n = sizeof(v) / sizeof(v[0]);
+	const unsigned all = sizeof(v) / sizeof(v[0]), text_first = 3;
+	unsigned text_end = 0, n = all;
 	const struct gdr_output *o = gdr_config_output();
 	bool text = o->stats_format == GDR_STATS_TEXT ||
 		    (o->stats_format == GDR_STATS_AUTO && !o->stats_file[0]);
 
+	for (unsigned i = 0; i < all; i++) {
+		if (!strcmp(v[i].key, "exact_mrs"))
+			text_end = i;
+		if (icpt_state == ICPT_UNKNOWN && !strcmp(v[i].key, "intercept_frees_mem_free"))
+			n = i;
+	}
 	if (!text) {
 		gdr_stats_emit("cache", why, "gdrcache", "", v, n);
+		gdr_ident_cache_leave(old_cache);
 		return;
 	}
-	/* The text form: three lines (as they always were), one write. */
+	/* The text form: three lines (as they always were), one write; who wrote them first after the
+	 * colon (scripts match "stats (WHY, backend" and "validate MODE):"). */
 	{
 		char stack[4096];
 		struct buf b = { stack, 0, sizeof(stack) };
 		int pid = (int)getpid();
 
-		put(&b, "gdrcache[%d] stats (%s, backend %s, validate %s):", pid, why,
-		    c->backend->ops->name, c->validator->name);
-		for (unsigned i = 2; i < n - 3; i++)
+		if (id && id->rank >= 0)
+			snprintf(rank, sizeof(rank), " rank %d", id->rank);
+		put(&b,
+		    "gdrcache[%d] stats (%s, backend %s, validate %s): cache_id %" PRIu64
+		    " host %s%s",
+		    pid, why, c->backend->ops->name, c->validator->name, c->id,
+		    id ? id->host : "unknown", rank);
+		for (unsigned i = text_first; i < text_end; i++)
 			put(&b, " %s %" PRIu64, v[i].key, v[i].num);
 		put(&b,
 		    "\ngdrcache[%d] remote-access MRs of exact ranges %" PRIu64
@@ -276,6 +362,7 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		    pid, exact_mrs, exact_replaced, pid, icpt);
 		stats_write(o, &b);
 	}
+	gdr_ident_cache_leave(old_cache);
 }
 
 /* ---- Which caches, when --------------------------------------------------------------------- */
@@ -298,6 +385,8 @@ int gdr_stats_on_signal(void (*fn)(const char *why))
 	return rc;
 }
 
+static bool exiting; /* under live_lock: the records at exit were written, no periodic one after */
+
 static void print_live(const char *why, bool others)
 {
 	/* At exit on a thread that holds a cache lock (exit() from a signal handler, as in
@@ -305,6 +394,10 @@ static void print_live(const char *why, bool others)
 	 * lock. Then no records rather than a process that never exits. */
 	if (gdr_locks_held ? pthread_mutex_trylock(&live_lock) : pthread_mutex_lock(&live_lock))
 		return;
+	if (exiting) {
+		pthread_mutex_unlock(&live_lock);
+		return;
+	}
 	for (struct gdr_cache *c = live; c; c = c->next_live)
 		gdr_stats_print(c, why);
 	for (unsigned i = 0; others && i < sizeof(signal_fns) / sizeof(signal_fns[0]); i++)
@@ -328,6 +421,12 @@ void gdr_stats_fork_done(void)
 static void print_live_at_exit(void)
 {
 	print_live("at exit", false);
+	/* The thread may wake while exit() goes on: its records would follow "at exit". Not waited
+	 * for under a cache's lock, as print_live. */
+	if (gdr_locks_held ? !pthread_mutex_trylock(&live_lock) : !pthread_mutex_lock(&live_lock)) {
+		exiting = true;
+		pthread_mutex_unlock(&live_lock);
+	}
 }
 
 static int sig_pipe[2] = { -1, -1 };
@@ -364,25 +463,70 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
 		sig_prev.sa_handler(sig);
 }
 
-static void *signal_thread(void *arg)
+/* The program closed or replaced the signal's pipe: said once; always false. */
+static bool pipe_gone(void)
 {
+	gdr_log_once(GDR_LOG_WARN, "GDRCACHE_STATS_SIGNAL: the program closed or replaced the "
+				   "library's pipe: no statistics on the signal from now on");
+	return false;
+}
+
+/* The thread: a byte in the pipe (the signal) writes the records of every live cache and the
+ * preload's; so does each GDRCACHE_STATS_INTERVAL, timed on CLOCK_MONOTONIC (a late wake-up does
+ * not make a burst: the next one is an interval later). Blocked in poll(2) in between. */
+static void *stats_thread(void *arg)
+{
+	const uint64_t interval_ns = (uint64_t)gdr_config_output()->stats_interval * 1000000000u;
+	bool pipe_ok = sig_pipe[0] >= 0;
+	uint64_t next = mono_ns() + interval_ns;
 	char bytes[64];
 
 	(void)arg;
-	while (sig_fd_ours(sig_pipe[0])) {
-		ssize_t n = read(sig_pipe[0], bytes, sizeof(bytes));
+	for (;;) {
+		struct pollfd pfd = { .fd = sig_pipe[0], .events = POLLIN };
+		int timeout = -1, r;
 
-		if (n > 0)
-			print_live("signal", true);
-		else if (!n || errno != EINTR)
-			break; /* the writer closed by the program: no more signals to hear */
+		if (pipe_ok && !sig_fd_ours(sig_pipe[0]))
+			pipe_ok = pipe_gone();
+		if (!pipe_ok && !interval_ns)
+			break;
+		if (interval_ns) {
+			uint64_t now = mono_ns();
+
+			if (now >= next) {
+				print_live("interval", true);
+				next += interval_ns;
+				if (next <= now)
+					next = now + interval_ns;
+				continue;
+			}
+			timeout = (next - now) / 1000000u + 1 > INT_MAX
+					  ? INT_MAX
+					  : (int)((next - now) / 1000000u + 1);
+		}
+		r = poll(pipe_ok ? &pfd : NULL, pipe_ok ? 1 : 0, timeout);
+		if (r > 0) {
+			/* never a read of the program's file put at the pipe's number */
+			ssize_t n = sig_fd_ours(sig_pipe[0])
+					    ? read(sig_pipe[0], bytes, sizeof(bytes))
+					    : 0;
+
+			if (n > 0)
+				print_live("signal", true);
+			else if (!n || (errno != EINTR && errno != EAGAIN))
+				pipe_ok = pipe_gone(); /* the writer closed by the program */
+		} else if (r < 0 && errno != EINTR) {
+			gdr_err("the statistics thread: poll: %s: no statistics on the signal or the "
+				"interval from now on",
+				gdr_strerror(errno));
+			break;
+		}
 	}
-	gdr_log_once(GDR_LOG_WARN, "GDRCACHE_STATS_SIGNAL: the program closed or replaced the "
-				   "library's pipe: no statistics on the signal from now on");
 	return NULL;
 }
 
-/* The handler and its thread, once, if GDRCACHE_STATS_SIGNAL asks for them. */
+/* The thread, once, if GDRCACHE_STATS_SIGNAL or GDRCACHE_STATS_INTERVAL asks for it; the handler
+ * if the first does. */
 static void signal_setup(void)
 {
 	const struct gdr_output *o = gdr_config_output();
@@ -392,32 +536,39 @@ static void signal_setup(void)
 	pthread_t t;
 	int rc;
 
-	if (!o->stats_signal)
+	if (!o->stats_signal && !o->stats_interval)
 		return;
 	gdr_thr_atfork_init(); /* the preload's records may come with no cache */
-	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
+	if (o->stats_signal && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
 		gdr_err("GDRCACHE_STATS_SIGNAL: pipe: %s: no statistics on the signal",
 			gdr_strerror(errno));
-		return;
+		sig_pipe[0] = sig_pipe[1] = -1;
+		if (!o->stats_interval)
+			return;
 	}
-	if (!fstat(sig_pipe[0], &st)) { /* both ends: one inode */
+	if (sig_pipe[0] >= 0 && !fstat(sig_pipe[0], &st)) { /* both ends: one inode */
 		sig_dev = st.st_dev;
 		sig_ino = st.st_ino;
 	}
-	/* The reader blocks; only the writer (the handler) must never. */
-	fcntl(sig_pipe[0], F_SETFL, fcntl(sig_pipe[0], F_GETFL) & ~O_NONBLOCK);
+	/* Both ends non-blocking: the handler must never block, and the thread reads only what
+	 * poll(2) said is there. */
 	sigfillset(&all);
 	/* The thread takes none of the program's signals. */
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&t, NULL, signal_thread, NULL);
+	rc = pthread_create(&t, NULL, stats_thread, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
-		gdr_err("GDRCACHE_STATS_SIGNAL: no thread (%s): no statistics on the signal",
+		gdr_err("GDRCACHE_STATS_SIGNAL / _INTERVAL: no thread (%s): no statistics on the "
+			"signal or the interval",
 			gdr_strerror(rc));
 		return;
 	}
 	pthread_detach(t);
 	sig_pid = getpid();
+	if (!o->stats_signal || sig_pipe[0] < 0) {
+		gdr_dbg("statistics every %u s", o->stats_interval);
+		return;
+	}
 	/* Over a handler of the program's, the signal keeps that handler's flags and mask: without
 	 * SA_RESTART the program has its blocking calls return EINTR on the signal, and a restart
 	 * would leave them blocked. With no handler, the calls it interrupts are restarted: the

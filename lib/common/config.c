@@ -13,6 +13,7 @@
 
 #include "gdrcache/uapi.h"
 #include "common/config.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/output.h"
 
@@ -213,6 +214,24 @@ static int parse_signal(const char *s, void *out)
 	return 0;
 }
 
+/* GDRCACHE_STATS_INTERVAL: whole seconds, digits only, at most a day; 0: none. */
+static int parse_interval(const char *s, void *out)
+{
+	unsigned v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v > GDR_STATS_INTERVAL_MAX)
+			return -EINVAL;
+	}
+	*(unsigned *)out = v;
+	return 0;
+}
+
 /* A test switch: set (to anything, even nothing) means on. */
 static int parse_set(const char *s, void *out)
 {
@@ -261,7 +280,8 @@ static const struct row {
 	{ .name = "GDRCACHE_LOG_FILE",
 	  .parse = parse_path,
 	  .field = output.log_file,
-	  .form = "a path (%p: the process id); appended to; empty: stderr",
+	  .form = "a path (%p: the process id, %h: the host name, %r: the MPI rank or norank); "
+		  "appended to; empty: stderr",
 	  .dflt = "stderr",
 	  .desc = "append log lines to this file instead of stderr; %p is the process id" },
 	{ .name = "GDRCACHE_LOG",
@@ -312,7 +332,8 @@ static const struct row {
 	{ .name = "GDRCACHE_STATS",
 	  .parse = parse_stats,
 	  .field = &config.stats,
-	  .form = "0|1 (or no|yes, off|on, false|true), stderr, or file:PATH (%p: the process id)",
+	  .form = "0|1 (or no|yes, off|on, false|true), stderr, or file:PATH (%p: the process id, "
+		  "%h: the host name, %r: the MPI rank or norank)",
 	  .dflt = "0",
 	  .desc = "write the statistics at destroy, at exit and on GDRCACHE_STATS_SIGNAL: 1 or "
 		  "stderr, or appended to file:PATH" },
@@ -329,6 +350,13 @@ static const struct row {
 	  .form = "none|USR1|USR2|HUP|RTMIN+n (SIG prefix optional)",
 	  .dflt = "none",
 	  .desc = "also write the statistics on this signal: none, USR1, USR2, HUP or RTMIN+n" },
+	{ .name = "GDRCACHE_STATS_INTERVAL",
+	  .parse = parse_interval,
+	  .field = &output.stats_interval,
+	  .form = "whole seconds, 0-86400 (digits; 0: none)",
+	  .dflt = "0",
+	  .desc = "also write the statistics every this many seconds, from a thread of the "
+		  "library (0: never)" },
 	{ .name = "GDRCACHE_KMOD_DEV",
 	  .parse = parse_path,
 	  .field = config.kmod_dev,
@@ -372,6 +400,7 @@ static void config_read(void)
 	char names[512] = "";
 	size_t used = 0;
 
+	gdr_ident_init(); /* first: the lines about a malformed value carry host and rank */
 	config = defaults;
 	output = output_defaults;
 	tests = tests_defaults;
@@ -400,6 +429,9 @@ static void config_read(void)
 		gdr_warn(
 			"GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not: no statistics are written "
 			"on the signal (set GDRCACHE_STATS=1 or file:PATH)");
+	if (output.stats_interval && !config.stats)
+		gdr_warn("GDRCACHE_STATS_INTERVAL is set, GDRCACHE_STATS is not: no periodic "
+			 "statistics are written (set GDRCACHE_STATS=1 or file:PATH)");
 	for (size_t i = 0; i < NVARS; i++)
 		if (!table[i].test)
 			used += (size_t)snprintf(names + used,
@@ -456,6 +488,8 @@ static void format(size_t i, const struct gdr_config *cfg, const struct gdr_outp
 		snprintf(buf, n, "%s", format_names[out->stats_format]);
 	else if (f == &output.stats_signal)
 		snprintf(buf, n, "%s", signal_name(out->stats_signal, sig, sizeof(sig)));
+	else if (f == &output.stats_interval)
+		snprintf(buf, n, "%u", out->stats_interval);
 	else if (f == output.log_file)
 		snprintf(buf, n, "%s", out->log_file);
 	else if (f == &output.disable)
@@ -534,17 +568,25 @@ const char *gdr_config_log_file(void)
 
 int gdr_path_expand(const char *tmpl, char *buf, size_t n)
 {
+	const struct gdr_ident *id = gdr_ident();
 	size_t used = 0;
 	int len;
 
 	for (const char *p = tmpl; *p; p++) {
-		if (p[0] == '%' && (p[1] == 'p' || p[1] == '%')) {
-			len = p[1] == 'p' ? snprintf(buf + used, n - used, "%d", (int)getpid())
-					  : snprintf(buf + used, n - used, "%%");
-			p++;
-		} else {
+		if (p[0] == '%' && p[1] == 'p')
+			len = snprintf(buf + used, n - used, "%d", (int)getpid());
+		else if (p[0] == '%' && p[1] == 'h')
+			len = snprintf(buf + used, n - used, "%s", id ? id->host : "unknown");
+		else if (p[0] == '%' && p[1] == 'r' && id && id->rank >= 0)
+			len = snprintf(buf + used, n - used, "%d", id->rank);
+		else if (p[0] == '%' && p[1] == 'r')
+			len = snprintf(buf + used, n - used, "norank");
+		else if (p[0] == '%' && p[1] == '%')
+			len = snprintf(buf + used, n - used, "%%");
+		else
 			len = snprintf(buf + used, n - used, "%c", *p);
-		}
+		if (p[0] == '%' && (p[1] == 'p' || p[1] == 'h' || p[1] == 'r' || p[1] == '%'))
+			p++;
 		if (len < 0 || (size_t)len >= n - used)
 			return -ENAMETOOLONG;
 		used += (size_t)len;

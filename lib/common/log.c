@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Logging: one macro with levels (log.h), for the library, the preload and the tool,
- * written to stderr or GDRCACHE_LOG_FILE (appended to, %p the pid) as
- *   gdrcache[PID:TID] YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL: message (function:line)
+ * written to stderr or GDRCACHE_LOG_FILE (appended to; %p the pid, %h the host, %r the rank) as
+ *   gdrcache[PID:TID] YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL: message (function:line host=H rank=R cache=N)
+ * host: the node's name; rank: the launcher's (ident.c), left out where none gives one; cache: the
+ * id of the cache the thread works for (ident.h's gdr_ident_cache), left out where none is known.
+ * The identity is read with the configuration (config.c): a line written before that (a bad
+ * argument to gdr_set_log_level as the process's first call) has none.
  * Each line is one write(2), so lines of several threads or processes sharing a file never mix. A
  * file that cannot be opened is said once on stderr, and lines go to stderr instead.
  *
@@ -33,6 +37,7 @@
 
 #include "common/config.h"
 #include "common/defs.h"
+#include "common/ident.h"
 #include "common/log.h"
 #include "common/output.h"
 
@@ -356,7 +361,10 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 	int saved = errno, n;
 	uint64_t suppressed = 0;
 	char msg[512], more[64] = "", when[32], out[768];
+	char who[128] = "";
 	const struct log_handler *h;
+	const struct gdr_ident *id;
+	uint64_t cache;
 
 	if (level < GDR_LOG_DEBUG && !site_allows(func, line, &suppressed)) {
 		errno = saved;
@@ -376,8 +384,21 @@ void gdr_log_vwrite(int level, const char *func, int line, const char *fmt, va_l
 		snprintf(more, sizeof(more), "; %llu more like this suppressed",
 			 (unsigned long long)suppressed);
 	gdr_utc_stamp(when, sizeof(when));
-	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s %s: %s (%s:%d%s)\n", (int)getpid(),
-		     (long)syscall(SYS_gettid), when, name, msg, func, line, more);
+	id = gdr_ident();
+	cache = gdr_ident_cache;
+	if (id) {
+		int w = snprintf(who, sizeof(who), " host=%s", id->host);
+
+		if (id->rank >= 0 && w > 0 && (size_t)w < sizeof(who))
+			w += snprintf(who + w, sizeof(who) - (size_t)w, " rank=%d", id->rank);
+		if (cache && w > 0 && (size_t)w < sizeof(who))
+			snprintf(who + w, sizeof(who) - (size_t)w, " cache=%llu",
+				 (unsigned long long)cache);
+	} else if (cache) {
+		snprintf(who, sizeof(who), " cache=%llu", (unsigned long long)cache);
+	}
+	n = snprintf(out, sizeof(out), "gdrcache[%d:%ld] %s %s: %s (%s:%d%s%s)\n", (int)getpid(),
+		     (long)syscall(SYS_gettid), when, name, msg, func, line, who, more);
 	if (n >= (int)sizeof(out)) { /* cut: still one line */
 		n = sizeof(out) - 1;
 		out[n - 1] = '\n';

@@ -3,11 +3,15 @@
 # The Debian packages, end to end (tests/run's packages stage; root):
 #   1. dpkg-buildpackage -b -us -uc on a copy of the tree (what git would commit, plus untracked
 #      files it does not ignore), in build/deb: libgdrcache0, libgdrcache-dev, gdrcache-dkms,
-#      gdrcache-tools; lintian on the result (errors fail; warnings are printed)
+#      gdrcache-tools; lintian --pedantic on the result (any tag at any level fails; an override
+#      needs a comment that gives its reason); debian/libgdrcache0.symbols against dpkg-gensymbols'
+#      view of the built library; the Maintainer not a placeholder
 #   2. a clean Debian 12 root (debootstrap minbase with a compiler, CMake, pkg-config,
 #      libibverbs-dev, DKMS and Debian's kernel headers), cached as build/deb-root-bookworm.tar.zst
 #   3. in it: the packages installed with dpkg; a consumer built with pkg-config and with CMake's
-#      find_package and run; the preload loaded; gdrcache_info --json parsed; the udev rule, the
+#      find_package and run; gdrcache.pc's Cflags the prefix's include and nothing of libibverbs'
+#      dependencies (libnl3); the preload at its documented path, outside the public library
+#      directory, and loaded from there; gdrcache_info --json parsed; the udev rule, the
 #      group, the modules-load entry and the manual pages in place; the module built with
 #      `dkms build -k` for the headers' kernel (the chroot's uname is the host's)
 # Exit 0 pass, 1 fail, 77 skip (Debian's archive unreachable). GDR_DEBIAN_MIRROR: another mirror.
@@ -18,8 +22,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=$ROOT/build/deb
 MIRROR=${GDR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE=$ROOT/build/deb-root-bookworm.tar.zst
-# What the root holds besides minbase (debootstrap resolves their dependencies).
-ROOT_PKGS=gcc,libc6-dev,make,cmake,pkgconf,libibverbs-dev,dkms,linux-headers-amd64,adduser,kmod
+# What the root holds besides minbase (debootstrap resolves their dependencies); python3: gdrcache-tools's
+# gdrcache_report.
+ROOT_PKGS=gcc,libc6-dev,make,cmake,pkgconf,libibverbs-dev,dkms,linux-headers-amd64,adduser,kmod,python3
 v=$(cat "$ROOT/VERSION")
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -68,11 +73,74 @@ for p in libgdrcache0 libgdrcache-dev gdrcache-dkms gdrcache-tools; do
 	ls "$OUT/src/${p}_${v}-"*.deb >/dev/null 2>&1 || fail "no $p package"
 done
 pass "dpkg-buildpackage -b: $(cd "$OUT/src" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')"
-step "lintian"
-lintian --fail-on error --tag-display-limit 0 "$OUT"/src/*.changes >"$OUT/lintian.log" 2>&1
+step "lintian --pedantic"
+lintian --pedantic --display-info --fail-on error,warning,info,pedantic --tag-display-limit 0 \
+	"$OUT"/src/*.changes >"$OUT/lintian.log" 2>&1
 rc=$?
 sed 's/^/  lintian: /' "$OUT/lintian.log"
-((rc == 0)) && pass "lintian: no error" || fail "lintian reports errors"
+tags=$(grep -cE '^[EWIPX]: ' "$OUT/lintian.log")
+((rc == 0 && tags == 0)) && pass "lintian --pedantic: no tag" || fail "lintian --pedantic: $tags tag(s)"
+# Each override says why, on the comment lines just above it.
+for o in "$ROOT"/debian/*lintian-overrides "$ROOT"/debian/source/lintian-overrides; do
+	[[ -f $o ]] || continue
+	awk -v f="${o#"$ROOT"/}" '/^#/ { why = 1; next } /^[[:space:]]*$/ { why = 0; next }
+		!why { print "FAIL: " f ":" NR ": an override without a reason comment: " $0; bad = 1 }
+		END { exit bad }' "$o" || fails=$((fails + 1))
+done
+
+step "symbols, Maintainer, the preload's documented path"
+# Where the documents say the package puts the preload: /usr/lib/<triplet>/gdrcache/ (inside the
+# root, the package's own file list is compared with it).
+for d in README.md preload/README.md docs/man/gdrcache.man; do
+	grep -q '/usr/lib/[^/ ]*/gdrcache/libgdrcache-preload\.so' "$ROOT/$d" ||
+		fail "$d does not give the preload's path, /usr/lib/<triplet>/gdrcache/libgdrcache-preload.so"
+	old=$(grep -n '/usr/lib/[^/ ]*/libgdrcache-preload\.so' "$ROOT/$d")
+	[[ -z $old ]] || fail "$d gives the preload's old path: $old"
+done
+# debian/libgdrcache0.symbols: in the package, and the same NAME@VERSION set as dpkg-gensymbols
+# reads from the built library with no template; every public symbol's minimum version is its node's
+# release (GDRCACHE_0.2 -> 0.2.0).
+sym=$ROOT/debian/libgdrcache0.symbols
+deb0=$(ls "$OUT/src/libgdrcache0_${v}-"*.deb 2>/dev/null | head -1)
+x=$OUT/libgdrcache0.x
+if [[ ! -f $sym ]]; then
+	fail "no debian/libgdrcache0.symbols"
+elif ! dpkg-deb -R "$deb0" "$x" 2>/dev/null || [[ ! -s $x/DEBIAN/symbols ]]; then
+	fail "libgdrcache0's control area has no symbols file"
+else
+	so=$(find "$x" -name 'libgdrcache.so.0.*' -type f | head -1)
+	(cd "$x" && dpkg-gensymbols -q -plibgdrcache0 -P"$x" -v"$v" -I/dev/null -e"$so" \
+		-O"$OUT/symbols.gen") >/dev/null 2>&1
+	names() { awk '/^ / { print $1 }' "$1" | sort; }
+	if [[ -s $OUT/symbols.gen ]] &&
+		diff <(names "$OUT/symbols.gen") <(names "$sym") >"$OUT/symbols.diff"; then
+		pass "debian/libgdrcache0.symbols: dpkg-gensymbols' $(names "$sym" | wc -l) symbols of ${so##*/}"
+	else
+		sed 's/^/  symbols (< the library, > the file): /' "$OUT/symbols.diff"
+		fail "debian/libgdrcache0.symbols differs from dpkg-gensymbols' view of ${so##*/}"
+	fi
+	bad=$(awk '/^ [^ ]+@GDRCACHE_[0-9]+\.[0-9]+ / { split($1, a, "@GDRCACHE_")
+		if ($2 != a[2] ".0") print $1 " " $2 }' "$sym")
+	[[ -z $bad ]] && pass "each public symbol's minimum version is its node's release" ||
+		fail "minimum versions not their node's release: $bad"
+fi
+# The Maintainer (control, every changelog trailer, the packages) is one contact and none of the
+# names reserved for examples (RFC 2606, RFC 6761).
+mnt=$(sed -n 's/^Maintainer: *//p' "$ROOT/debian/control")
+mhost=$(echo "$mnt" | sed -n 's/.*@\([^>]*\)>.*/\1/p' | tr A-Z a-z)
+reserved='(^|\.)(example(\.(org|com|net))?|invalid|test|localhost|local|localdomain)$'
+if [[ -z $mhost || $mhost =~ $reserved ]]; then
+	fail "Maintainer '$mnt' is a placeholder"
+else
+	pass "Maintainer: $mnt"
+fi
+others=$(sed -n 's/^ -- \(.*>\)  .*/\1/p' "$ROOT/debian/changelog" | sort -u | grep -vxF "$mnt")
+for d in "${debs[@]}"; do
+	m=$(dpkg-deb -f "$d" Maintainer)
+	[[ $m == "$mnt" ]] || others+=" ${d##*/}: $m"
+done
+[[ -z $others ]] && pass "debian/changelog's trailers and the packages name the same Maintainer" ||
+	fail "other maintainers than debian/control's: $others"
 
 # ---- 2. the root ----------------------------------------------------------------------------
 rootfs=$OUT/root
@@ -122,6 +190,17 @@ export GDRCACHE_KMOD_DEV=/nonexistent GDRCACHE_LOG=error
 # dkms's postinst builds for `uname -r`, whose headers are not here: it says so and goes on.
 if dpkg -i ./*.deb >dpkg.log 2>&1; then pass "dpkg -i of the four packages"; else cat dpkg.log; fail "dpkg -i"; fi
 [ "$(pkg-config --modversion gdrcache)" = "$v" ] && pass "pkg-config gdrcache: $v" || fail "pkg-config --modversion"
+# The prefix's include and nothing else: no path through the .pc file's own place, nothing of
+# libibverbs' Requires.private (libnl's -I/usr/include/libnl3). /usr/include is a system directory,
+# which pkgconf leaves out unless asked.
+c=$(PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 pkg-config --cflags gdrcache | sed 's/ *$//')
+inc=$(pkg-config --variable=includedir gdrcache)
+if [ "$c" = "-I/usr/include" ] && [ "$inc" = /usr/include ] &&
+	[ -z "$(pkg-config --cflags gdrcache | tr -d ' ')" ]; then
+	pass "pkg-config --cflags gdrcache: '$c' with the system's directories, '' without"
+else
+	fail "pkg-config gdrcache: Cflags '$c', includedir '$inc' (want -I/usr/include, no libnl3)"
+fi
 # shellcheck disable=SC2046
 if cc -o pc_consumer consumer/main.c $(pkg-config --cflags --libs gdrcache) && ./pc_consumer; then
 	pass "a consumer built with pkg-config runs"
@@ -133,8 +212,21 @@ if cmake -S consumer -B cm >cmake.log 2>&1 && cmake --build cm >>cmake.log 2>&1 
 else
 	cat cmake.log; fail "CMake consumer"
 fi
-lib=$(dpkg -L libgdrcache0 | grep '/libgdrcache-preload\.so$')
-env LD_PRELOAD="$lib" /bin/true && pass "LD_PRELOAD=$lib /bin/true" || fail "the preload does not load"
+# The preload at the path README ("Installing it") and gdrcache(7) give, and nowhere in the public
+# library directory; loaded from there (a preload ld.so cannot load is only warned about, so the
+# process's own map says).
+ma=$(gcc -print-multiarch)
+doc=/usr/lib/$ma/gdrcache/libgdrcache-preload.so
+lib=$(dpkg -L libgdrcache0 | grep 'libgdrcache-preload')
+[ "$lib" = "$doc" ] && pass "the preload is $doc" || fail "the preload is '$lib', not $doc"
+stray=$(ls /usr/lib/"$ma"/libgdrcache-preload* /lib/"$ma"/libgdrcache-preload* 2>/dev/null)
+[ -z "$stray" ] || fail "the preload in the public library directory: $stray"
+if env LD_PRELOAD="$doc" cat /proc/self/maps 2>preload.err | grep -q "$doc" &&
+	! grep -q 'cannot be preloaded\|cannot open shared object' preload.err; then
+	pass "LD_PRELOAD=$doc: loaded, with libgdrcache.so.0 found"
+else
+	cat preload.err; fail "LD_PRELOAD=$doc does not load"
+fi
 gdrcache_info -c --json >info.json 2>info.err; echo $? >info.rc
 for f in /usr/lib/udev/rules.d/60-gdrcache.rules /usr/lib/modules-load.d/gdrcache.conf \
 	/usr/share/man/man7/gdrcache.7.gz /usr/share/man/man1/gdrcache_info.1.gz \

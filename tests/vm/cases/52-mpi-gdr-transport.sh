@@ -33,4 +33,44 @@ n=$(grep -Ec 'gdrcache\[[0-9]+\] stats .*validate events\): .* events [1-9][0-9]
 [ "$n" = 2 ] || { echo "GDRCACHE_STATS: not 2 caches in mode events with free events applied ($n)"; fail=1; }
 if grep -Eiq 'error|warn' run.log; then echo "an error or warning line"; fail=1; fi
 [ $fail = 0 ] && grep '^mpi_gdr_transport: 2 ranks' run.log
+
+# The job's records for gdrcache_report(1): a shorter run again, each rank writing JSON records to
+# a file of its own (GDRCACHE_STATS=file:DIR/%p.json); two files, each with cache records, every
+# one of 0 stale. gdrcache_report (Python) then reads them where the guest has python3 and the
+# tool; this guest has neither (tests/vm/README.md), so the records are printed instead, for
+# `gdrcache_report` on the host.
+mkdir stats
+GDRCACHE_STATS=file:$PWD/stats/%p.json GDRCACHE_STATS_FORMAT=json \
+	mpirun.openmpi -np 2 --allow-run-as-root --oversubscribe --bind-to none \
+	--mca pml ob1 --mca btl self,vader \
+	-x LD_LIBRARY_PATH -x FAKE_CUDA_P2P_SIM -x GDRCACHE_VALIDATE -x GDRCACHE_STATS \
+	-x GDRCACHE_STATS_FORMAT \
+	mpi_gdr_transport -d "$GDR_VM_RXE_DEV" -g "$GDR_VM_GID" -n "${GT_REPORT_MESSAGES:-100}" \
+	-s 65536 -r 50 >records.log 2>&1
+rc=$?
+[ $rc -eq 0 ] || { cat records.log; echo "mpirun with GDRCACHE_STATS=file: exit $rc"; fail=1; }
+if grep -Eiq 'error|warn' records.log; then cat records.log; echo "an error or warning line (records)"; fail=1; fi
+n=0
+for f in stats/*.json; do [ -f "$f" ] && n=$((n + 1)); done
+[ "$n" = 2 ] || { ls -l stats; echo "GDRCACHE_STATS=file:: not 2 record files ($n)"; fail=1; }
+for f in stats/*.json; do
+	[ -f "$f" ] || continue
+	grep -q '"source": "cache"' "$f" || { echo "$f: no cache record"; fail=1; }
+	if grep '"source": "cache"' "$f" | grep -qv '"stale": 0,'; then echo "$f: a record with stale entries"; fail=1; fi
+done
+echo "--- records (gdrcache_report DIR reads them) ---"
+cat stats/*.json
+echo "--- end of records ---"
+if command -v python3 >/dev/null && command -v gdrcache_report >/dev/null; then
+	gdrcache_report -v stats >report.txt 2>&1
+	rc=$?
+	cat report.txt
+	[ $rc -eq 0 ] || { echo "gdrcache_report: exit $rc"; fail=1; }
+	head -n 1 report.txt | grep -Eq '^gdrcache_report: 2 (ranks|processes without a rank)[ ,]' ||
+		{ echo "gdrcache_report: not both ranks"; fail=1; }
+	grep -Eq '^total: hit rate .* stale 0, revoked 0,' report.txt ||
+		{ echo "gdrcache_report: not 0 stale, 0 revoked in total"; fail=1; }
+else
+	echo "gdrcache_report not run: no python3 or no gdrcache_report in the guest"
+fi
 exit $fail
