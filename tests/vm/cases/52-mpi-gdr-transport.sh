@@ -35,8 +35,9 @@ if grep -Eiq 'error|warn' run.log; then echo "an error or warning line"; fail=1;
 [ $fail = 0 ] && grep '^mpi_gdr_transport: 2 ranks' run.log
 
 # The job's records for gdrcache_report(1): a shorter run again, each rank writing JSON records to
-# a file of its own (GDRCACHE_STATS=file:DIR/%p.json); two files, each with cache records, every
-# one of 0 stale. gdrcache_report (Python) then reads them where the guest has python3 and the
+# a file of its own (GDRCACHE_STATS=file:DIR/%p.json); two files, each with cache records (their
+# "stale" counts entries dropped for reallocations: not stale registrations, which the run above
+# checks). gdrcache_report (Python) then reads them where the guest has python3 and the
 # tool; this guest has neither (tests/vm/README.md), so the records are printed instead, for
 # `gdrcache_report` on the host.
 mkdir stats
@@ -56,7 +57,6 @@ for f in stats/*.json; do [ -f "$f" ] && n=$((n + 1)); done
 for f in stats/*.json; do
 	[ -f "$f" ] || continue
 	grep -q '"source": "cache"' "$f" || { echo "$f: no cache record"; fail=1; }
-	if grep '"source": "cache"' "$f" | grep -qv '"stale": 0,'; then echo "$f: a record with stale entries"; fail=1; fi
 done
 echo "--- records (gdrcache_report DIR reads them) ---"
 cat stats/*.json
@@ -68,8 +68,8 @@ if command -v python3 >/dev/null && command -v gdrcache_report >/dev/null; then
 	[ $rc -eq 0 ] || { echo "gdrcache_report: exit $rc"; fail=1; }
 	head -n 1 report.txt | grep -Eq '^gdrcache_report: 2 (ranks|processes without a rank)[ ,]' ||
 		{ echo "gdrcache_report: not both ranks"; fail=1; }
-	grep -Eq '^total: hit rate .* stale 0, revoked 0,' report.txt ||
-		{ echo "gdrcache_report: not 0 stale, 0 revoked in total"; fail=1; }
+	grep -Eq '^total: hit rate .* revoked 0,' report.txt ||
+		{ echo "gdrcache_report: not 0 revoked in total"; fail=1; }
 else
 	echo "gdrcache_report not run: no python3 or no gdrcache_report in the guest"
 fi
