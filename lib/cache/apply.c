@@ -7,9 +7,7 @@
  * (an event that drops nothing, most frees, says nothing).
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "cache/cache.h"
 #include "cache/caches.h"
@@ -193,41 +191,19 @@ static void revalidate_all(struct gdr_cache *c)
 	drop_tagged(c, 0, UINT64_MAX, tag_freed, NULL);
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Apply every free (and allocation) event published so far. Under the lock. */
 void gdr_cache_drain_events(struct gdr_cache *c)
 {
-	uint64_t n = c->ev_next, head = gdr_events_head(), t0 = 0, stale;
-	unsigned tries = 0;
-	bool gave_up = false;
+	uint64_t n = c->ev_next, head = gdr_events_head(), stale;
 
 	while (n < head) {
 		struct gdr_event ev;
-		int rc = gdr_events_get(n, &ev);
+		bool gave_up;
+		/* A slot being written is waited for, but not where its producer is this thread
+		 * (issue 31 #8: exit() from a handler that interrupted the push, then the program's
+		 * clean-up at exit, waited for ever) or was stopped for a second. */
+		int rc = gdr_events_get_wait(n, &ev, &gave_up);
 
-		/* Its producer is between reserving and writing the slot: waited for, but not where it
-		 * is this thread (issue 31 #8: exit() from a handler that interrupted the push, then
-		 * the program's clean-up at exit, waited for ever) or was stopped for a second. */
-		if (rc == -EAGAIN) {
-			if (++tries % 1024 == 1) {
-				uint64_t now = mono_ns();
-
-				t0 = tries == 1 ? now : t0;
-				gave_up = gdr_events_give_up(n, now - t0 > 1000000000u);
-				if (gave_up)
-					continue; /* lost now: -ERANGE */
-			}
-			sched_yield();
-			continue;
-		}
-		tries = 0;
 		if (rc) {
 			c->st.events_lost++;
 			if (gave_up)

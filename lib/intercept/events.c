@@ -11,6 +11,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include "intercept/events.h"
 
@@ -90,6 +92,36 @@ bool gdr_events_give_up(uint64_t seq, bool waited_long)
 		return false;
 	lost_up_to(seq);
 	return true;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int gdr_events_get_wait(uint64_t seq, struct gdr_event *out, bool *gave_up)
+{
+	uint64_t t0 = 0;
+	unsigned tries = 0;
+	int rc;
+
+	*gave_up = false;
+	while ((rc = gdr_events_get(seq, out)) == -EAGAIN) {
+		if (++tries % 1024 == 1) { /* the clock now and then: this thread's at once */
+			uint64_t now = mono_ns();
+
+			t0 = tries == 1 ? now : t0;
+			if (gdr_events_give_up(seq, now - t0 > 1000000000u)) {
+				*gave_up = true;
+				return -ERANGE;
+			}
+		}
+		sched_yield();
+	}
+	return rc;
 }
 
 void gdr_events_push(uint64_t start, uint64_t len)

@@ -61,6 +61,11 @@ int gdr_events_get(uint64_t seq, struct gdr_event *ev);
  * it (a signal handler, or exit() from one, interrupted the push: waiting would never end), or
  * where waited_long (its producer was stopped for good, as by a handler that never returns). */
 bool gdr_events_give_up(uint64_t seq, bool waited_long);
+/* gdr_events_get, waiting while seq is being written: its producer is a few instructions from
+ * done, unless it is this thread (a signal handler interrupted the push) or was stopped for a
+ * second (a handler that never returns): then seq is given up. 0; -ERANGE (overwritten, or given
+ * up: *gave_up says which). */
+int gdr_events_get_wait(uint64_t seq, struct gdr_event *ev, bool *gave_up);
 /* For tests: called inside gdr_events_push_kind after event n is reserved (where 0) and before its
  * slot is published (where 1). NULL in the library. */
 extern void (*gdr_events_push_hook)(int where, uint64_t n);

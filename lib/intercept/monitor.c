@@ -25,7 +25,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/defs.h"
 #include "common/log.h"
@@ -238,34 +237,15 @@ GDR_EXPORT uint64_t gdr_mem_events_head(void)
 	return gdr_events_head();
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 GDR_EXPORT int gdr_mem_events_get(uint64_t seq, struct gdr_mem_event *out)
 {
 	struct gdr_event e;
-	uint64_t t0 = 0;
+	bool gave_up;
 	int rc;
 
 	if (!out || seq >= gdr_events_head())
 		return -EINVAL;
-	/* A slot being written is a free running now on another thread: its writer is a few
-	 * instructions from done, unless it was stopped for good (a signal handler that never
-	 * returns) or is this thread (a handler that interrupted the write): then it is lost. */
-	while ((rc = gdr_events_get(seq, &e)) == -EAGAIN) {
-		uint64_t now = mono_ns();
-
-		if (!t0)
-			t0 = now;
-		if (gdr_events_give_up(seq, now - t0 > 1000000000u))
-			return -ERANGE;
-		sched_yield();
-	}
+	rc = gdr_events_get_wait(seq, &e, &gave_up);
 	if (rc)
 		return rc;
 	*out = (struct gdr_mem_event){ .start = e.start, .len = e.len, .kind = e.kind };

@@ -623,7 +623,6 @@ static int install_chain(const struct gdr_patch_arch *a, void *target, const uin
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	uint8_t jmp[GDR_PATCH_MAX_MOVED], *slot;
 	unsigned n = abs_jump(jmp, j->dest);
-
 	struct mapping dm;
 
 	if (!n || j->len < a->entry_len)
@@ -777,7 +776,7 @@ int gdr_patch_foreign(const void *fn, const char **who)
 	struct mapping m;
 	struct jump j;
 	Dl_info fi, di;
-	bool same;
+	bool known;
 	size_t avail;
 	int rc = 0;
 
@@ -802,10 +801,10 @@ int gdr_patch_foreign(const void *fn, const char **who)
 		rc = 1;
 		goto out;
 	}
-	same = dladdr(fn, &fi) && dladdr((const void *)j.dest, &di) && fi.dli_fbase == di.dli_fbase;
-	if (same)
-		goto out;
-	if (dladdr((const void *)j.dest, &di) && di.dli_fname && *base_name(di.dli_fname))
+	known = dladdr((const void *)j.dest, &di);
+	if (known && dladdr(fn, &fi) && fi.dli_fbase == di.dli_fbase)
+		goto out; /* a jump inside its own object */
+	if (known && di.dli_fname && *base_name(di.dli_fname))
 		snprintf(foreign_text, sizeof(foreign_text),
 			 "a %s into %s (another tool's patch: UCX's bistro?)", j.form,
 			 base_name(di.dli_fname));
