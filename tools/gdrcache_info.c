@@ -27,9 +27,6 @@
 #include "common/json.h"
 #include "cuda/cuda.h"
 
-#define DEVATTR_PCI_BUS_ID 33
-#define DEVATTR_PCI_DEVICE_ID 34
-#define DEVATTR_PCI_DOMAIN_ID 50
 #define DEVATTR_GPU_DIRECT_RDMA_SUPPORTED 116
 #define DEVATTR_DMA_BUF_SUPPORTED 124
 
@@ -170,32 +167,11 @@ static const char *errno_name(int err)
 
 /* ---- The sections ---------------------------------------------------------------------------- */
 
-/* BAR1's size from sysfs, as lib/cuda/devices.c finds it for the default limits (which keeps only
- * the sums): the largest BAR after BAR0 of the device's PCI function. 0: unknown. */
-static uint64_t bar1_size(const char *pci)
-{
-	unsigned long long lo, hi, flags;
-	char path[96], line[160];
-	uint64_t size = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/resource", pci);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	for (int i = 0; i < 6 && fgets(line, sizeof(line), f); i++)
-		if (i && sscanf(line, "%llx %llx %llx", &lo, &hi, &flags) == 3 && hi > lo &&
-		    hi - lo + 1 > size)
-			size = hi - lo + 1;
-	fclose(f);
-	return size;
-}
-
 /* One GPU: what the driver tells of it; a field it does not tell is left out. */
 static void gpu(int d, int (*get_name)(char *, int, int), int (*total_mem)(size_t *, int))
 {
-	int dmabuf, rdma, domain = 0, bus, slot;
-	char name[256], pci[32], key[16];
+	int dmabuf, rdma;
+	char name[256], pci[32], path[96], key[16];
 	size_t mem;
 
 	snprintf(key, sizeof(key), "gpu%d", d);
@@ -205,14 +181,11 @@ static void gpu(int d, int (*get_name)(char *, int, int), int (*total_mem)(size_
 		name[sizeof(name) - 1] = '\0';
 		out_str("name", name);
 	}
-	if (!gdr_cuda_device_attr(d, DEVATTR_PCI_BUS_ID, &bus) &&
-	    !gdr_cuda_device_attr(d, DEVATTR_PCI_DEVICE_ID, &slot) && bus >= 0 && slot >= 0) {
+	if (!gdr_cuda_device_pci(d, pci, sizeof(pci))) { /* as the default limits find them */
 		uint64_t bar1;
 
-		gdr_cuda_device_attr(d, DEVATTR_PCI_DOMAIN_ID, &domain);
-		snprintf(pci, sizeof(pci), "%04x:%02x:%02x.0", domain, bus, slot);
 		out_str("pci", pci);
-		bar1 = bar1_size(pci);
+		bar1 = gdr_cuda_pci_bar1(pci, path, sizeof(path));
 		if (bar1)
 			out_bytes("bar1", bar1);
 	}

@@ -50,6 +50,12 @@ struct gdr_cuda_devices {
 	char bar1_miss[96]; /* the first sysfs file that gave no BAR1 size */
 };
 const struct gdr_cuda_devices *gdr_cuda_devices(void);
+/* Device dev's PCI address, "dddd:bb:ss.0", into pci (devices.c). 0 or -ENODEV (the driver does
+ * not tell it). */
+GDR_HIDDEN int gdr_cuda_device_pci(int dev, char *pci, size_t n);
+/* The size of BAR1 of the PCI function pci from sysfs: the largest BAR after BAR0; 0 if unknown.
+ * path: the sysfs file read (for a message). */
+GDR_HIDDEN uint64_t gdr_cuda_pci_bar1(const char *pci, char *path, size_t n);
 /* One device's BAR1 and memory (0: unknown) added to f (devices.c; apart for the tests). */
 GDR_HIDDEN void gdr_cuda_devices_add(struct gdr_cuda_devices *f, uint64_t bar1, uint64_t mem);
 /* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What the GPUs offer to pins (BAR1 and memory), for the cache's default limits. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,20 +15,26 @@
  * cuDeviceTotalMem_v2. Once per process. */
 static struct gdr_cuda_devices dev_facts;
 
-static uint64_t bar1_size(int dev)
+int gdr_cuda_device_pci(int dev, char *pci, size_t n)
 {
 	int domain = 0, bus = -1, slot = -1;
-	unsigned long long lo = 0, hi = 0, flags = 0;
-	char path[96], line[160];
-	uint64_t size = 0;
-	FILE *f;
 
 	if (gdr_cuda_device_attr(dev, 33 /* PCI_BUS_ID */, &bus) ||
 	    gdr_cuda_device_attr(dev, 34 /* PCI_DEVICE_ID */, &slot) || bus < 0 || slot < 0)
-		return 0;
+		return -ENODEV;
 	gdr_cuda_device_attr(dev, 50 /* PCI_DOMAIN_ID */, &domain);
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%04x:%02x:%02x.0/resource", domain, bus,
-		 slot);
+	snprintf(pci, n, "%04x:%02x:%02x.0", domain, bus, slot);
+	return 0;
+}
+
+uint64_t gdr_cuda_pci_bar1(const char *pci, char *path, size_t n)
+{
+	unsigned long long lo = 0, hi = 0, flags = 0;
+	char line[160];
+	uint64_t size = 0;
+	FILE *f;
+
+	snprintf(path, n, "/sys/bus/pci/devices/%s/resource", pci);
 	/* BAR1 is the framebuffer aperture: the largest BAR after BAR0 (which line it is on depends
 	 * on whether BAR0 is a 64-bit BAR: on the H100 VM it is, and BAR1 is the third line). */
 	f = fopen(path, "re");
@@ -38,6 +45,17 @@ static uint64_t bar1_size(int dev)
 				size = hi - lo + 1;
 		fclose(f);
 	}
+	return size;
+}
+
+static uint64_t bar1_size(int dev)
+{
+	char pci[32], path[96];
+	uint64_t size;
+
+	if (gdr_cuda_device_pci(dev, pci, sizeof(pci)))
+		return 0;
+	size = gdr_cuda_pci_bar1(pci, path, sizeof(path));
 	if (!size && !dev_facts.bar1_miss[0])
 		snprintf(dev_facts.bar1_miss, sizeof(dev_facts.bar1_miss), "%s", path);
 	return size;
