@@ -41,7 +41,7 @@
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
-#include "rerun.h"
+#include "rerun_case.h"
 
 #define MiB (1024ULL * 1024)
 
@@ -59,14 +59,9 @@ static void child(const char *mode, char *err, size_t n, ...)
 	rc = gdr_rerun(mode, false, 30, err, n, &status, ap);
 	va_end(ap);
 	assert_int_equal(rc, 0);
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
-	if (WIFSIGNALED(status))
-		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	if (WEXITSTATUS(status))
-		fail_msg("exit %d: %s", WEXITSTATUS(status), err);
+	rc = gdr_rerun_exit(mode, err, status);
+	if (rc)
+		fail_msg("exit %d: %s", rc, err);
 }
 
 static void sleep_ms(long ms)

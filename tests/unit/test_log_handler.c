@@ -24,7 +24,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "deadline.h"
-#include "rerun.h"
+#include "rerun_case.h"
 
 /* What a handler was given: the first RECS calls in full, and how many calls. */
 #define RECS 64
@@ -340,11 +340,7 @@ static int child(const char *mode, char *err, size_t n, ...)
 	rc = gdr_rerun(mode, false, 60, err, n, &status, ap);
 	va_end(ap);
 	assert_int_equal(rc, 0);
-	if (WIFSIGNALED(status))
-		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	return WEXITSTATUS(status);
+	return gdr_rerun_exit(mode, err, status);
 }
 
 static void test_handler_before_any_cache(void **state)

@@ -27,7 +27,7 @@
 #include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
-#include "rerun.h"
+#include "rerun_case.h"
 
 static char dir[] = "/tmp/gdr_ops_XXXXXX";
 static char host[80]; /* as the library writes it: uname's node name, odd characters '_' */
@@ -46,13 +46,7 @@ static int child(const char *mode, char *err, size_t n, ...)
 	rc = gdr_rerun(mode, false, 120, err, n, &status, ap);
 	va_end(ap);
 	assert_int_equal(rc, 0);
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
-	if (WIFSIGNALED(status))
-		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	return WEXITSTATUS(status);
+	return gdr_rerun_exit(mode, err, status);
 }
 
 /* The text of dir/name (NUL-terminated, cut to n), or "" when there is none. */

@@ -40,7 +40,7 @@
 #include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
-#include "rerun.h"
+#include "rerun_case.h"
 
 /* Runs this program again in mode (rerun.h; stderr a pipe, or with to_file a file the child may
  * read back), killed after 120 s: its exit status; its stderr in err. */
@@ -49,13 +49,7 @@ static int child_run(bool to_file, const char *mode, char *err, size_t n, va_lis
 	int status;
 
 	assert_int_equal(gdr_rerun(mode, to_file, 120, err, n, &status, ap), 0);
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
-	if (WIFSIGNALED(status))
-		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	return WEXITSTATUS(status);
+	return gdr_rerun_exit(mode, err, status);
 }
 
 /* child_run with stderr a pipe, the environment pairs NULL-terminated. */
@@ -183,9 +177,10 @@ static int mode_fork_signal(void)
 	sig_cache = busy_cache();
 	hung_destroy = forks_during(signaller, 400, child_destroys, false);
 	hung_exit = forks_during(signaller, 400, child_nothing, true);
-	fprintf(stderr, "forks while the statistics thread prints: a child hung in "
-			"gdr_cache_destroy: %s; in exit(): %s\n", hung_destroy ? "yes" : "no",
-		hung_exit ? "yes" : "no");
+	fprintf(stderr,
+		"forks while the statistics thread prints: a child hung in "
+		"gdr_cache_destroy: %s; in exit(): %s\n",
+		hung_destroy ? "yes" : "no", hung_exit ? "yes" : "no");
 	if (gdr_cache_destroy(sig_cache))
 		return 4;
 	return hung_destroy || hung_exit ? 5 : 0;
@@ -244,8 +239,8 @@ static void test_fork_while_logging(void **state)
 
 	rc = child("--fork-log", err, sizeof(err), "GDRCACHE_LOG", "error", NULL);
 	if (rc)
-		fail_msg("exit %d: %s", rc, strstr(err, "forks while") ? strstr(err, "forks while")
-								  : err);
+		fail_msg("exit %d: %s", rc,
+			 strstr(err, "forks while") ? strstr(err, "forks while") : err);
 }
 
 /* ---- descriptor 2 closed by the program and reused ---------------------------------------------- */

@@ -24,7 +24,7 @@
 #include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
-#include "rerun.h"
+#include "rerun_case.h"
 
 static char dir[] = "/tmp/gdr_stats_XXXXXX";
 
@@ -39,13 +39,7 @@ static int child(const char *mode, char *err, size_t n, ...)
 	rc = gdr_rerun(mode, false, 120, err, n, &status, ap);
 	va_end(ap);
 	assert_int_equal(rc, 0);
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-		fail_msg("%s: hung (killed by its alarm); stderr: %s", mode, err);
-	if (WIFSIGNALED(status))
-		fail_msg("%s: killed by signal %d; stderr: %s", mode, WTERMSIG(status), err);
-	if (WEXITSTATUS(status) == 77)
-		skip();
-	return WEXITSTATUS(status);
+	return gdr_rerun_exit(mode, err, status);
 }
 
 /* The text of every file in dir named like name (%p replaced by *), concatenated; file count. */
@@ -86,7 +80,8 @@ static void test_file_json(void **state)
 	(void)state;
 
 	assert_int_equal(child("--two-caches", err, sizeof(err), "GDRCACHE_STATS",
-			       file_of("json.%p"), "GDRCACHE_STATS_FORMAT", "json", NULL), 0);
+			       file_of("json.%p"), "GDRCACHE_STATS_FORMAT", "json", NULL),
+			 0);
 	assert_string_equal(err, "");
 	assert_int_equal(slurp("json.", out, sizeof(out)), 1); /* one file, its name the pid */
 	assert_non_null(strstr(out, "{\"source\": \"cache\", \"why\": \"destroy\", \"pid\": "));
@@ -106,9 +101,11 @@ static void test_file_kv_appends(void **state)
 	(void)state;
 
 	assert_int_equal(child("--two-caches", err, sizeof(err), "GDRCACHE_STATS", file_of("kv"),
-			       "GDRCACHE_STATS_FORMAT", "kv", NULL), 0);
+			       "GDRCACHE_STATS_FORMAT", "kv", NULL),
+			 0);
 	assert_int_equal(child("--two-caches", err, sizeof(err), "GDRCACHE_STATS", file_of("kv"),
-			       "GDRCACHE_STATS_FORMAT", "kv", NULL), 0);
+			       "GDRCACHE_STATS_FORMAT", "kv", NULL),
+			 0);
 	assert_string_equal(err, "");
 	slurp("kv", out, sizeof(out));
 	assert_non_null(strstr(out, "gdrcache_stats source=cache why=destroy pid="));
@@ -116,10 +113,14 @@ static void test_file_kv_appends(void **state)
 	assert_non_null(strstr(out, " hits=2 misses=1 "));
 	assert_non_null(strstr(out, "why=\"at exit\""));
 	/* Two runs of two records each. */
-	assert_non_null(strstr(strstr(strstr(strstr(out, "gdrcache_stats") + 1, "gdrcache_stats") + 1,
-				      "gdrcache_stats") + 1, "gdrcache_stats"));
+	assert_non_null(
+		strstr(strstr(strstr(strstr(out, "gdrcache_stats") + 1, "gdrcache_stats") + 1,
+			      "gdrcache_stats") +
+			       1,
+		       "gdrcache_stats"));
 	assert_int_equal(child("--two-caches", err, sizeof(err), "GDRCACHE_STATS", file_of("auto"),
-			       NULL), 0);
+			       NULL),
+			 0);
 	slurp("auto", out, sizeof(out));
 	assert_non_null(strstr(out, "{\"source\": \"cache\""));
 }
@@ -133,7 +134,8 @@ static void test_file_unopenable(void **state)
 	(void)state;
 
 	assert_int_equal(child("--two-caches", err, sizeof(err), "GDRCACHE_STATS",
-			       "file:/nonexistent/dir/stats", "GDRCACHE_LOG", "warn", NULL), 0);
+			       "file:/nonexistent/dir/stats", "GDRCACHE_LOG", "warn", NULL),
+			 0);
 	w = strstr(err, said);
 	assert_non_null(w);
 	assert_null(strstr(w + sizeof(said) - 1, "cannot be opened")); /* once */
@@ -149,14 +151,16 @@ static void test_signal(void **state)
 	(void)state;
 
 	assert_int_equal(child("--signal", err, sizeof(err), "GDRCACHE_STATS", file_of("sig"),
-			       "GDRCACHE_STATS_SIGNAL", "USR2", NULL), 0);
+			       "GDRCACHE_STATS_SIGNAL", "USR2", NULL),
+			 0);
 	slurp("sig", out, sizeof(out));
 	assert_non_null(strstr(out, "\"why\": \"signal\""));
 	assert_non_null(strstr(out, "\"hits\": 2,"));
 	assert_int_equal(child("--no-signal", err, sizeof(err), "GDRCACHE_STATS", "1", NULL), 0);
 	/* Without GDRCACHE_STATS the signal is not taken either, and that is said. */
 	assert_int_equal(child("--no-signal", err, sizeof(err), "GDRCACHE_STATS_SIGNAL", "USR2",
-			       "GDRCACHE_LOG", "warn", NULL), 0);
+			       "GDRCACHE_LOG", "warn", NULL),
+			 0);
 	assert_non_null(strstr(err, "GDRCACHE_STATS_SIGNAL is set, GDRCACHE_STATS is not"));
 }
 
@@ -187,9 +191,12 @@ static void test_fork_child_records(void **state)
 static void test_malformed(void **state)
 {
 	static const char *const bad[][2] = {
-		{ "GDRCACHE_STATS", "file:" },          { "GDRCACHE_STATS", "files:/tmp/x" },
-		{ "GDRCACHE_STATS_FORMAT", "xml" },     { "GDRCACHE_STATS_SIGNAL", "KILL" },
-		{ "GDRCACHE_STATS_SIGNAL", "RTMIN+999" }, { "GDRCACHE_STATS_SIGNAL", "USR3" },
+		{ "GDRCACHE_STATS", "file:" },
+		{ "GDRCACHE_STATS", "files:/tmp/x" },
+		{ "GDRCACHE_STATS_FORMAT", "xml" },
+		{ "GDRCACHE_STATS_SIGNAL", "KILL" },
+		{ "GDRCACHE_STATS_SIGNAL", "RTMIN+999" },
+		{ "GDRCACHE_STATS_SIGNAL", "USR3" },
 	};
 	char err[4096];
 	(void)state;
@@ -263,12 +270,9 @@ static int child_signal(bool asked)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_file_json),
-		cmocka_unit_test(test_file_kv_appends),
-		cmocka_unit_test(test_file_unopenable),
-		cmocka_unit_test(test_signal),
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_fork_child_records),
+		cmocka_unit_test(test_file_json),       cmocka_unit_test(test_file_kv_appends),
+		cmocka_unit_test(test_file_unopenable), cmocka_unit_test(test_signal),
+		cmocka_unit_test(test_malformed),       cmocka_unit_test(test_fork_child_records),
 	};
 	int rc;
 
