@@ -399,6 +399,12 @@ struct gdr_intercept_stats {
 	 * on a thread without that device's context) that could not be proven not the last, and
 	 * were handled as context releases (not counted in frees[]). */
 	uint64_t own_releases;
+	/* How libcuda's entry points were patched: entries in the one-byte form, and
+	 * entries written while every other thread was stopped (libcuda already in use, the one-byte
+	 * form's stub address taken or out of reach: docs/events.md); over those stops, threads
+	 * stopped, and threads found inside an entry's first instructions and moved out. */
+	uint32_t entries_short, entries_stopped;
+	uint32_t threads_stopped, threads_moved;
 };
 /* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
  * may grow at its end: fields past size are not written). Loads libcuda and installs the

@@ -11,7 +11,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libibverbs-dev uthash-dev libcmocka-dev ibverbs-providers
       rdma-core ibverbs-utils perftest kmod cpio
       python3 man-db groff-base   # the manual pages: docs/man/mkman.py, tests/packaging/check_man.sh
-      clang-format-14)            # tests/style/check_format.sh
+      clang-format-14             # tests/style/check_format.sh
+      gdb)                        # tests/events/under_gdb.sh
 arm64=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libibverbs-dev:arm64
        libcmocka-dev:arm64)
 case ${1-} in

@@ -321,6 +321,10 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		{ "intercept_oom_retry_ok", NULL, is.oom_retry_ok },
 		{ "intercept_free_ns", NULL, is.free_ns },
 		{ "intercept_own_releases", NULL, is.own_releases },
+		{ "intercept_entries_short", NULL, is.entries_short },
+		{ "intercept_entries_stopped", NULL, is.entries_stopped },
+		{ "intercept_threads_stopped", NULL, is.threads_stopped },
+		{ "intercept_threads_moved", NULL, is.threads_moved },
 	};
 	const unsigned all = sizeof(v) / sizeof(v[0]), text_first = 3;
 	unsigned text_end = 0, n = all;

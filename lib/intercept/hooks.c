@@ -64,6 +64,7 @@
 #include "intercept/events.h"
 #include "intercept/hooks.h"
 #include "intercept/patch.h"
+#include "intercept/stop_world.h"
 
 #define GDR_TLS __thread __attribute__((tls_model("initial-exec")))
 
@@ -79,6 +80,7 @@ static GDR_TLS int own_export;
 static struct {
 	uint64_t frees[GDR_FREE_ROUTES];
 	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns, own_releases;
+	uint32_t entries_short, entries_stopped, threads_stopped, threads_moved; /* install time */
 } hs;
 
 /* Whether the library's release of a primary context it borrowed (cuda.c) can be the last, which
@@ -471,7 +473,7 @@ static bool foreign_patch(void *libcuda)
 
 void gdr_hooks_install(void *libcuda, bool fresh)
 {
-	int nreq = 0, nok = 0, nalloc_fail = 0, nshort = 0;
+	int nreq = 0, nok = 0, nalloc_fail = 0, nshort = 0, nstopped = 0;
 	const char *first_alloc_fail = NULL, *alloc_why = NULL, *by;
 	int mode = decide_mode(&by);
 
@@ -501,6 +503,13 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		t->state = gdr_patch_install(fn, t->hook, t->orig, fresh ? GDR_PATCH_QUIESCENT : 0,
 					     &t->why);
 		nshort += !t->state && gdr_patch_bytes(fn) == 1;
+		if (!t->state && gdr_patch_stopped(fn)) {
+			struct gdr_stw_stats st = gdr_stw_last();
+
+			nstopped++;
+			hs.threads_stopped += st.threads;
+			hs.threads_moved += st.relocated;
+		}
 		if (t->required) {
 			nreq++;
 			if (!t->state) {
@@ -524,9 +533,11 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		gdr_warn("%d CUDA allocation or export entry points not intercepted (%s: %s): no "
 			 "out-of-memory relief or dma-buf caching through them",
 			 nalloc_fail, first_alloc_fail, alloc_why);
+	__atomic_store_n(&hs.entries_short, (uint32_t)nshort, __ATOMIC_RELAXED);
+	__atomic_store_n(&hs.entries_stopped, (uint32_t)nstopped, __ATOMIC_RELAXED);
 	gdr_info("CUDA free interception: %d of %d free entry points patched, %d entries in the "
-		 "one-byte form%s",
-		 nok, nreq, nshort,
+		 "one-byte form, %d with the other threads stopped%s",
+		 nok, nreq, nshort, nstopped,
 		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
 }
 
@@ -699,6 +710,10 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
 	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
 	s.own_releases = __atomic_load_n(&hs.own_releases, __ATOMIC_RELAXED);
+	s.entries_short = __atomic_load_n(&hs.entries_short, __ATOMIC_RELAXED);
+	s.entries_stopped = __atomic_load_n(&hs.entries_stopped, __ATOMIC_RELAXED);
+	s.threads_stopped = __atomic_load_n(&hs.threads_stopped, __ATOMIC_RELAXED);
+	s.threads_moved = __atomic_load_n(&hs.threads_moved, __ATOMIC_RELAXED);
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	errno = saved_errno;
 	return 0;

@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "intercept/patch.h"
+#include "intercept/stop_world.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -87,6 +88,7 @@ static struct {
 	const void *target;
 	void *orig;
 	unsigned bytes; /* bytes of the entry rewritten: 1 (the one-byte form), 5, or 4 (aarch64) */
+	bool stopped;   /* written while every other thread was stopped (stop_world.h) */
 } patches[MAX_PATCHES];
 static unsigned npatches; /* stored with release after the entry it counts is filled */
 
@@ -558,6 +560,7 @@ static int commit(const struct gdr_patch_arch *a, void *target, const uint8_t *c
 	patches[npatches].target = target;
 	patches[npatches].orig = slot + GDR_PATCH_ORIG;
 	patches[npatches].bytes = store_bytes;
+	patches[npatches].stopped = false;
 	rc = store_bytes == 1 ? a->short_store(target, code[0]) : a->store(target, code, slot);
 	mprotect((void *)first, last + page - first, m->prot);
 	__builtin___clear_cache((char *)target, (char *)target + store_bytes);
@@ -645,6 +648,67 @@ static int install_chain(const struct gdr_patch_arch *a, void *target, const uin
 	return commit(a, target, code, m, slot, orig, a->entry_len, why);
 }
 
+/* The five-byte form for a target threads may be running: written while every other thread is
+ * stopped, any thread inside the moved instructions moved to their copy in orig (stop_world.h).
+ * 0, or -errno with *why (before: why the one-byte form was not used), nothing written. */
+struct stopped_commit {
+	const struct gdr_patch_arch *a;
+	void *target;
+	const uint8_t *code;
+	const struct mapping *m;
+	uint8_t *slot;
+	void **orig;
+	const char **why;
+	bool ran;
+};
+
+static int stopped_commit_fn(void *arg)
+{
+	struct stopped_commit *c = arg;
+
+	c->ran = true;
+	return commit(c->a, c->target, c->code, c->m, c->slot, c->orig, c->a->entry_len, c->why);
+}
+
+static char stopped_why[200]; /* under patch_lock */
+
+static int install_stopped(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
+			   size_t avail, const struct mapping *m, void *hook, void **orig,
+			   unsigned flags, const char *before, const char **why)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct stopped_commit c = { a, target, code, m, NULL, orig, why, false };
+	struct gdr_stw_region r;
+	const char *stw_why = "?";
+	int moved, rc;
+
+	if (flags & GDR_PATCH_NO_STOP) {
+		snprintf(stopped_why, sizeof(stopped_why), "%s; five-byte jump unsafe%s", before,
+			 strstr(before, "taken") ? " while threads may run it" : "");
+		return refuse(why, stopped_why, -EBUSY);
+	}
+	moved = decode(a, code, avail, why);
+	if (moved < 0)
+		return moved;
+	if (a->can_store(target))
+		return refuse(why, "entry straddles what one atomic store can write", -EINVAL);
+	c.slot = slot_write(a, target, code, (unsigned)moved, hook, page);
+	if (!c.slot)
+		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+	r = (struct gdr_stw_region){ .start = (uintptr_t)target,
+				     .len = (unsigned)moved,
+				     .moved_to = (uintptr_t)c.slot + GDR_PATCH_ORIG };
+	rc = gdr_stw_run(&r, stopped_commit_fn, &c, &stw_why);
+	if (c.ran) {
+		if (!rc)
+			patches[npatches - 1].stopped = true;
+		return rc; /* commit gave the slot back if it failed */
+	}
+	slot_unwrite(c.slot);
+	snprintf(stopped_why, sizeof(stopped_why), "%s; threads not stopped: %s", before, stw_why);
+	return refuse(why, stopped_why, rc);
+}
+
 /* Patches target (lock held). */
 static int install_locked(const struct gdr_patch_arch *a, void *target, void *hook, void **orig,
 			  unsigned flags, const char **why)
@@ -688,19 +752,15 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
 			return rc ? refuse(why, short_why, rc) : 0;
 		if (!(flags & GDR_PATCH_QUIESCENT))
-			return refuse(
-				why,
-				short_why == SHORT_OUTSIDE
-					? "one-byte jump's stub address past the top (no ASLR: "
-					  "setarch -R, gdb); five-byte jump unsafe"
-					: "one-byte jump's stub address taken; five-byte jump "
-					  "unsafe while threads may run it",
-				-EBUSY);
+			return install_stopped(a, target, code, avail, &m, hook, orig, flags,
+					       short_why == SHORT_OUTSIDE
+						       ? "one-byte jump's stub address past the "
+							 "top (no ASLR: setarch -R, gdb)"
+						       : "one-byte jump's stub address taken",
+					       why);
 	} else if (!a->entry_is_one_insn && !(flags & GDR_PATCH_QUIESCENT)) {
-		return refuse(why,
-			      "threads may be running the function (multi-instruction rewrite "
-			      "unsafe)",
-			      -EBUSY);
+		return install_stopped(a, target, code, avail, &m, hook, orig, flags,
+				       "multi-instruction rewrite", why);
 	}
 	moved = decode(a, code, avail, why);
 	if (moved < 0)
@@ -728,6 +788,16 @@ int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, con
 	rc = install_locked(a, target, hook, orig, flags, why);
 	pthread_mutex_unlock(&patch_lock);
 	return rc;
+}
+
+bool gdr_patch_stopped(const void *fn)
+{
+	unsigned n = __atomic_load_n(&npatches, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; fn && i < n; i++)
+		if (patches[i].target == fn)
+			return patches[i].stopped;
+	return false;
 }
 
 unsigned gdr_patch_bytes(const void *fn)

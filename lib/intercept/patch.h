@@ -16,9 +16,11 @@
  * first byte becomes E9 (jmp rel32), the four bytes after it, unchanged, are the jump's
  * displacement, and the stub to the hook is mapped at exactly the address they name; a thread
  * already past the first instruction runs on over bytes that did not change. When that address is
- * taken, the five-byte jump is written instead, which a thread stopped inside the moved
- * instructions would resume in the middle of: that form is used only when the caller says no
- * thread can be running the target (GDR_PATCH_QUIESCENT), else the install is refused (-EBUSY).
+ * taken or out of reach, the five-byte jump is written instead, which a thread stopped inside the
+ * moved instructions would resume in the middle of: it is written as it is where the caller says
+ * no thread can be running the target (GDR_PATCH_QUIESCENT), else while every other thread is
+ * stopped, any thread inside the moved instructions moved to their copy (stop_world.h); where
+ * threads cannot all be stopped, the install is refused (-EBUSY).
  *
  * An entry another tool patched first (UCX's bistro, UCX_MEM_CUDA_HOOK_MODE=bistro: docs/FACTS.md,
  * "Two patchers") is chained where its jump is one instruction that covers the branch written
@@ -49,8 +51,9 @@
  *   -ENOMEM   no trampoline memory within branch reach of target, or the table of patches is full
  *   -EACCES   the target's page could not be made writable (W^X policy)
  *   -EBUSY    the entry changed while it was being patched, or jumps to itself (another patcher
- *             in the process is writing it), or only a multi-instruction rewrite was possible and
- *             flags lack GDR_PATCH_QUIESCENT
+ *             in the process is writing it), or only a multi-instruction rewrite was possible,
+ *             flags lack GDR_PATCH_QUIESCENT and the other threads could not all be stopped
+ *             (or flags hold GDR_PATCH_NO_STOP)
  *   -EINVAL   target, hook or orig NULL, target not in mapped readable+executable memory, or
  *             the entry straddles what one atomic store can write (x86-64: [target, target + 5)
  *             in no aligned 16-byte block; aarch64: target not 4-byte aligned)
@@ -61,6 +64,7 @@ int gdr_patch_install(void *target, void *hook, void **orig, unsigned flags, con
 	1u                    /* no thread can be running target now (it was just loaded): an entry
 				 of several instructions may be rewritten */
 #define GDR_PATCH_NO_SHORT 2u /* x86-64: skip the one-byte form (tests of the five-byte one) */
+#define GDR_PATCH_NO_STOP 4u  /* never stop the other threads: refuse instead (tests, benches) */
 
 /* Whether fn is the entry of a function this process patched. Lock-free, async-signal-safe. */
 bool gdr_patch_is_patched(const void *fn);
@@ -73,6 +77,8 @@ bool gdr_patch_is_patched(const void *fn);
  * returned: a static text naming the jump and its destination's object (or address), valid until
  * the next call. Thread-safe; install-time cost (reads /proc/self/maps, calls dladdr). */
 int gdr_patch_foreign(const void *fn, const char **who);
+/* Whether fn's entry was rewritten while the other threads were stopped. */
+bool gdr_patch_stopped(const void *fn);
 /* How many bytes of fn's entry were rewritten (x86-64: 1, the one-byte form, or 5; aarch64: 4);
  * 0 if fn is not patched. */
 unsigned gdr_patch_bytes(const void *fn);

@@ -10,7 +10,8 @@
 #                    instructions: that thread must resume unharmed
 #   edge_tls         libgdrcache's static TLS fits glibc's share per library, and it still dlopens
 #                    after another library took most of the surplus (fails with 604 bytes of TLS)
-#   edge_load        stub address taken (tag fallback, nothing stale), two copies of libgdrcache,
+#   edge_load        stub address taken (nothing stale), threads calling the driver while it is
+#                    patched with its stub addresses taken or past the top (no ASLR): events, two copies of libgdrcache,
 #                    dlclose, RTLD_DEEPBIND, event ring overrun (events_lost drops everything)
 
 function(edge_exe name)
@@ -23,12 +24,13 @@ endfunction()
 
 edge_exe(edge_early)
 edge_exe(edge_load)
+target_include_directories(edge_load PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
 
 add_test(NAME events_edge_early COMMAND edge_early $<TARGET_FILE:gdrcache>)
 add_test(NAME events_edge_early_otherdev COMMAND edge_early $<TARGET_FILE:gdrcache> otherdev)
 set(edge_tests events_edge_early events_edge_early_otherdev)
 
-set(edge_load_modes stubtaken dlclose ringlost)
+set(edge_load_modes stubtaken busy busy_norand dlclose ringlost)
 if(NOT GDR_SANITIZE) # the sanitizers' runtimes refuse RTLD_DEEPBIND (google/sanitizers#611)
   list(APPEND edge_load_modes deepbind)
 endif()
@@ -36,6 +38,11 @@ foreach(m ${edge_load_modes})
   add_test(NAME events_edge_${m} COMMAND edge_load ${m} $<TARGET_FILE:gdrcache>)
   list(APPEND edge_tests events_edge_${m})
 endforeach()
+# Under gdb, as a developer runs a program (no ASLR, threads traced): the threads calling the
+# driver while it is patched, events in effect.
+add_test(NAME events_edge_busy_gdb COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/under_gdb.sh
+  $<TARGET_FILE:edge_load> busy_norand $<TARGET_FILE:gdrcache>)
+list(APPEND edge_tests events_edge_busy_gdb)
 
 # Two copies of the library under two names: the second is a copy made at build time.
 add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/edge_libgdrcache_copy.so

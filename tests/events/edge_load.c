@@ -6,6 +6,12 @@
  *   stubtaken  CUDA initialised first, then the page the one-byte patch's stub needs is taken by
  *              the program (in a large process libraries already sit there), then libgdrcache is
  *              dlopen'ed. Whatever mode it picks, no registration may describe a freed buffer.
+ *   busy       CUDA initialised first, the one-byte form's stub pages taken, and 4 threads calling
+ *              cuMemAlloc/cuMemFree through pointers taken before libgdrcache is dlopen'ed and
+ *              patches the driver under them: the threads' calls go on, their frees are seen,
+ *              events are in effect (the entries rewritten with the threads stopped), none stale.
+ *   busy_norand the same without address space randomisation (re-executed with ADDR_NO_RANDOMIZE,
+ *              as setarch -R and gdb run programs): the stub addresses lie past the top.
  *   twice      two copies of libgdrcache (two names) in one process, each with a cache: each serves
  *              only live buffers after frees and reuse of the VA.
  *   dlclose    libgdrcache dlopen'ed, used, dlclose'd: the driver's patched entries still work.
@@ -18,6 +24,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sys/personality.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +35,8 @@
 #include <unistd.h>
 
 #include <gdrcache.h>
+
+#include "deadline.h"
 
 #include "cuda/cuda_abi.h"
 
@@ -226,6 +236,134 @@ static int m_stubtaken(const char *lib)
 	return 0;
 }
 
+/* ---- busy: threads in the driver while it is patched ---------------------------------------- */
+
+#define BUSY_THREADS 4
+#define BUSY_WAIT_MS 30000
+static long busy_calls, busy_errors;
+static int busy_stop;
+
+static void *busy_thread(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&busy_stop, __ATOMIC_RELAXED)) {
+		gdr_CUdeviceptr p = 0;
+
+		if (cu.alloc(&p, 64 << 10) || cu.free_gpa(p))
+			__atomic_add_fetch(&busy_errors, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&busy_calls, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+/* Waits until the threads made n more calls: 0, or 1 at the deadline. */
+static int busy_more(long n)
+{
+	long want = __atomic_load_n(&busy_calls, __ATOMIC_RELAXED) + n;
+
+	for (int64_t d = gdr_deadline_ms(BUSY_WAIT_MS);
+	     __atomic_load_n(&busy_calls, __ATOMIC_RELAXED) < want;) {
+		if (gdr_deadline_passed(d))
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
+static int m_busy(const char *lib, bool take_stubs)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	pthread_t th[BUSY_THREADS];
+	struct gdr_intercept_stats is;
+	struct gdr_cache *c = NULL;
+	uint64_t frees_before;
+	struct api a;
+	int taken = 0, past = 0, rc = 0;
+	void *h;
+
+	if (cuda_init())
+		return 1;
+	for (size_t i = 0; i < sizeof(free_entries) / sizeof(free_entries[0]); i++) {
+		void *fn = dlsym(cu.h, free_entries[i]);
+		uintptr_t d;
+
+		if (!fn)
+			continue;
+		d = stub_dest(fn) & ~(uintptr_t)(page - 1);
+		if (d >= 1ULL << 47)
+			past++;
+		else if (take_stubs &&
+			 mmap((void *)d, page, PROT_READ,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == (void *)d)
+			taken++;
+	}
+	printf("  %d stub pages taken by the program, %d past the top\n", taken, past);
+	if (!take_stubs && !past) {
+		fprintf(stderr, "SKIP: the driver was loaded where its stub addresses fit\n");
+		return 77;
+	}
+	for (int i = 0; i < BUSY_THREADS; i++)
+		if (pthread_create(&th[i], NULL, busy_thread, NULL))
+			return fail("pthread_create");
+	if (busy_more(1000)) {
+		fprintf(stderr, "SKIP: the threads made too few calls before the patch\n");
+		_exit(77); /* not joined: they keep calling */
+	}
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h || api_find(h, &a))
+		return fail("dlopen libgdrcache");
+	if (a.create(NULL, &c)) /* patches the driver while the threads call it */
+		return fail("gdr_cache_create");
+	a.istats(&is, sizeof(is));
+	frees_before = is.frees[GDR_FREE_MEM_FREE];
+	if (busy_more(1000)) {
+		fprintf(stderr, "FAIL: the threads stopped calling once the driver was patched\n");
+		_exit(1); /* they may be stuck in a patched entry */
+	}
+	a.istats(&is, sizeof(is));
+	printf("  entries: %u one-byte, %u with the threads stopped; threads stopped %u, moved "
+	       "%u; frees seen by the hooks %" PRIu64 "\n",
+	       is.entries_short, is.entries_stopped, is.threads_stopped, is.threads_moved,
+	       is.frees[GDR_FREE_MEM_FREE] - frees_before);
+	if (strcmp(mode_name(&a, c), "events"))
+		rc = fail("the fast path (events) is not in effect");
+	else if (!is.entries_stopped)
+		rc = fail("no entry was written with the threads stopped");
+	else if (is.frees[GDR_FREE_MEM_FREE] - frees_before < 1000)
+		rc = fail("the threads' frees were not seen");
+	if (basic(&a, c))
+		rc = fail("stale or failed registrations");
+	__atomic_store_n(&busy_stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < BUSY_THREADS; i++)
+		if (gdr_join_until(th[i], gdr_deadline_ms(BUSY_WAIT_MS))) {
+			fprintf(stderr, "FAIL: a calling thread did not stop\n");
+			_exit(1);
+		}
+	if (busy_errors)
+		rc = fail("the threads' calls failed");
+	printf("  %ld calls by the threads, %ld failed\n", busy_calls, busy_errors);
+	a.destroy(c);
+	return rc;
+}
+
+/* Runs busy in this program re-executed without address space randomisation. */
+static int m_busy_norand(char **argv)
+{
+	int p = personality(0xffffffff);
+
+	if (p == -1)
+		return fail("personality");
+	if (!(p & ADDR_NO_RANDOMIZE)) {
+		if (personality((unsigned long)p | ADDR_NO_RANDOMIZE) == -1) {
+			fprintf(stderr, "SKIP: ADDR_NO_RANDOMIZE refused\n");
+			return 77;
+		}
+		execv("/proc/self/exe", argv);
+		return fail("re-exec");
+	}
+	return m_busy(argv[2], false);
+}
+
 static int m_twice(const char *lib, const char *lib2)
 {
 	struct gdr_cache *c1 = NULL, *c2 = NULL;
@@ -350,6 +488,10 @@ int main(int argc, char **argv)
 	if (argc < 3)
 		return fail("usage: edge_load MODE LIBGDRCACHE [COPY]");
 	printf("%s:\n", argv[1]);
+	if (!strcmp(argv[1], "busy"))
+		return m_busy(argv[2], true);
+	if (!strcmp(argv[1], "busy_norand"))
+		return m_busy_norand(argv);
 	if (!strcmp(argv[1], "stubtaken"))
 		return m_stubtaken(argv[2]);
 	if (!strcmp(argv[1], "twice"))

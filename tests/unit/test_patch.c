@@ -23,6 +23,7 @@
 
 #include "deadline.h"
 #include "intercept/patch.h"
+#include "intercept/stop_world.h"
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
 int main(void)
@@ -51,7 +52,8 @@ int patch_test_data[16];
 	X(t_cas16) X(t_conc) X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call) X(t_jmp)           \
 		X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3)        \
 			X(t_near) X(t_lc)
-#define NLC 32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart */
+#define NLC 32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart; t_lc
+		* holds 2 * NLC: a set for each form */
 #define LC_SIZE 64
 #define X(n) extern char n[];
 TARGETS(X)
@@ -84,8 +86,8 @@ __asm__(".pushsection .text\n" LIBCUDA_TARGET(t_basic, 0)
 	 * text: the one-byte form's stub cannot go there */
 	ASM_FN(t_near) ".p2align 4\nt_near:\npush %rbp\nmov $0, %eax\npop %rbp\n"
 		       "call patch_test_body\nret\n.skip 200, 0xcc\n"
-	/* NLC copies of libcuda's entry, LC_SIZE bytes apart */
-	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
+	/* 2 * NLC copies of libcuda's entry, LC_SIZE bytes apart */
+	ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 64\n.p2align 6\n" LIBCUDA_BODY ".endr\n"
 	/* aarch64's cases do not exist here */
 	ASM_FN(t_adrp) "t_adrp:\n" ASM_FN(t_b) "t_b:\n" ASM_FN(t_ldr_lit) "t_ldr_lit:\n" ASM_FN(
 		t_cbz) "t_cbz:\nret\n"
@@ -98,7 +100,7 @@ __asm__(".pushsection .text\n" LIBCUDA_TARGET(t_basic, 0)
 __asm__(".pushsection .text\n" LIBCUDA_TARGET(t_basic) LIBCUDA_TARGET(t_cas16) LIBCUDA_TARGET(
 	t_conc) LIBCUDA_TARGET(t_two_a) LIBCUDA_TARGET(t_two_b)
 		ASM_FN(t_adrp) ".p2align 4\nt_adrp:\nadrp x16, patch_test_flag\nret\n" ASM_FN(t_b) ".p2align 4\nt_b:\nb patch_test_body\n" ASM_FN(t_ldr_lit) ".p2align 4\nt_ldr_lit:\nldr x0, 1f\nret\n1: .quad 0\n" ASM_FN(
-			t_cbz) ".p2align 4\nt_cbz:\ncbz x0, 1f\n1: ret\n" ASM_FN(t_call) ".p2align 4\nt_call:\nbl patch_test_body\nret\n" ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nmrs x0, tpidr_el0\nret\n" ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 32\n.p2align 6\n" LIBCUDA_BODY
+			t_cbz) ".p2align 4\nt_cbz:\ncbz x0, 1f\n1: ret\n" ASM_FN(t_call) ".p2align 4\nt_call:\nbl patch_test_body\nret\n" ASM_FN(t_unknown) ".p2align 4\nt_unknown:\nmrs x0, tpidr_el0\nret\n" ASM_FN(t_lc) ".p2align 6\nt_lc:\n.rept 64\n.p2align 6\n" LIBCUDA_BODY
 																											    ".endr\n"
 	/* x86-64's cases do not exist here */
 	ASM_FN(t_rip3) "t_rip3:\n" ASM_FN(t_near) "t_near:\nret\n" ASM_FN(t_rip) "t_rip:\n" ASM_FN(
@@ -430,12 +432,13 @@ static void test_concurrent(void **state)
  * The five-byte form crashed here (a thread stopped after push rbp resumed inside the jump); the
  * one-byte form leaves every byte after the first as it was (x86-64); aarch64 moves one
  * instruction. Asked without GDR_PATCH_QUIESCENT, as for a libcuda already in use. */
-static fn6 lc_orig[NLC];
+static fn6 lc_orig[2 * NLC];
 static atomic_int lc_cur = -1;
 static atomic_bool lc_stop;
 static atomic_long lc_calls, lc_wrong;
 
 static __thread int lc_mine; /* the target this thread is calling */
+static unsigned lc_moved; /* threads moved out of an entry by the stopped form's patches */
 
 static long lc_hook(long a, long b, long c, long d, long e, long f)
 {
@@ -466,24 +469,27 @@ static void *lc_thread(void *arg)
 	return NULL;
 }
 
-static void test_concurrent_libcuda_entry(void **state)
+/* Patches targets first..first + NLC - 1 of t_lc (flags as given) under the calling threads. */
+static void lc_run(int first, unsigned flags)
 {
 	pthread_t th[CONC_THREADS];
 	struct timespec us = { 0, 100000 };
 	const char *why = NULL;
-	(void)state;
 
-	atomic_store(&lc_cur, 0);
+	atomic_store(&lc_stop, false);
+	atomic_store(&lc_calls, 0);
+	atomic_store(&lc_wrong, 0);
+	atomic_store(&lc_cur, first);
 	for (long i = 0; i < CONC_THREADS; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, lc_thread, (void *)(uintptr_t)i), 0);
-	for (int i = 0; i < NLC; i++) {
+	for (int i = first; i < first + NLC; i++) {
 		long calls;
 
 		atomic_store(&lc_cur, i);
 		calls = atomic_load(&lc_calls);
 		if (!calls_reach(&lc_calls, calls + 2000, &us, gdr_deadline_ms(WAIT_MS))) {
 			atomic_store(&lc_stop, true);
-			if (i) /* not joined: they may be stuck in a patched target */
+			if (i > first) /* not joined: they may be stuck in a patched target */
 				fail_msg("the calling threads made %ld calls in %lld s after "
 					 "target %d was patched",
 					 atomic_load(&lc_calls) - calls, gdr_deadline_s(WAIT_MS),
@@ -497,8 +503,10 @@ static void test_concurrent_libcuda_entry(void **state)
 			skip();
 		}
 		if (gdr_patch_install(t_lc + (size_t)i * LC_SIZE, (void *)lc_hook,
-				      (void **)&lc_orig[i], 0, &why))
+				      (void **)&lc_orig[i], flags, &why))
 			fail_msg("patch %d refused: %s", i, why);
+		if (gdr_patch_stopped(t_lc + (size_t)i * LC_SIZE))
+			lc_moved += gdr_stw_last().relocated;
 		calls = atomic_load(&lc_calls);
 		if (!calls_reach(&lc_calls, calls + 2000, &us, gdr_deadline_ms(WAIT_MS))) {
 			/* not joined: they may be stuck in the target */
@@ -512,6 +520,28 @@ static void test_concurrent_libcuda_entry(void **state)
 	for (int i = 0; i < CONC_THREADS; i++)
 		pthread_join(th[i], NULL);
 	assert_int_equal(atomic_load(&lc_wrong), 0);
+}
+
+static void test_concurrent_libcuda_entry(void **state)
+{
+	(void)state;
+	lc_run(0, 0);
+}
+
+/* The same where the one-byte form cannot be used (its stub address taken, or past the top):
+ * the five-byte form, written with the other threads stopped, any thread found inside the moved
+ * instructions moved to their copy. Refused by the code before it (tag fallback); crashed when
+ * written without stopping them (above). */
+static void test_concurrent_libcuda_entry_stopped(void **state)
+{
+	(void)state;
+	lc_moved = 0;
+	lc_run(NLC, GDR_PATCH_NO_SHORT);
+	for (int i = NLC; i < 2 * NLC; i++)
+		assert_int_equal(gdr_patch_bytes(t_lc + (size_t)i * LC_SIZE),
+				 gdr_patch_arch()->short_dest ? 5 : 4);
+	print_message("%d patches with %d threads calling: %u threads moved out of an entry\n",
+		      NLC, CONC_THREADS, lc_moved);
 }
 
 #if defined(__x86_64__)
@@ -532,13 +562,14 @@ static void test_short_form(void **state)
 	patch_test_flag = 42;
 	assert_int_equal(((int (*)(void))o3)(), 42); /* orig: push rbp moved, the rest in place */
 
-	refused_flags(t_near, -EBUSY, 0);
+	refused_flags(t_near, -EBUSY, GDR_PATCH_NO_STOP);
 	memcpy(old, t_near, sizeof(old));
-	assert_int_equal(gdr_patch_install(t_near, (void *)other_hook, &on, GDR_PATCH_QUIESCENT,
-					   &why),
-			 0);
+	/* running: the five-byte form with the other threads stopped */
+	assert_int_equal(gdr_patch_install(t_near, (void *)other_hook, &on, 0, &why), 0);
 	assert_int_equal((uint8_t)t_near[0], 0xe9);
 	assert_memory_not_equal(t_near + 1, old + 1, 4); /* the five-byte form */
+	assert_true(gdr_patch_stopped(t_near));
+	assert_int_equal(gdr_patch_bytes(t_near), 5);
 	assert_int_equal(((fn6)on)(A1, A2, A3, A4, A5, A6), EXPECTED);
 }
 
@@ -575,16 +606,18 @@ static void test_short_form_outside(void **state)
 	assert_int_equal(mprotect(p, page, PROT_READ | PROT_EXEC), 0);
 	assert_true((uintptr_t)p + 5 + 0x41e58948 >= 1ULL << 47);
 
-	refused_flags(p, -EBUSY, 0);
-	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, 0, &why), -EBUSY);
+	refused_flags(p, -EBUSY, GDR_PATCH_NO_STOP);
+	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, GDR_PATCH_NO_STOP, &why),
+			 -EBUSY);
 	assert_non_null(strstr(why, "past the top"));
 	assert_true(strlen(why) + sizeof("cuMemAlloc_v2: ") <=
 		    116); /* gdr_intercept_stats.reason */
 	assert_null(strstr(why, "taken"));
 
-	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, GDR_PATCH_QUIESCENT, &why),
-			 0);
+	/* running (no GDR_PATCH_QUIESCENT): the five-byte form with the other threads stopped */
+	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig, 0, &why), 0);
 	assert_int_equal(p[0], 0xe9);
+	assert_true(gdr_patch_stopped(p));
 	assert_int_equal(((fn6)(void *)p)(1, 2, 3, 4, 5, 6), 21);  /* the hook */
 	assert_int_equal(((long (*)(long, long))orig)(40, 2), 42); /* the original */
 }
@@ -967,6 +1000,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_chain_jump),
 		cmocka_unit_test(test_concurrent),
 		cmocka_unit_test(test_concurrent_libcuda_entry),
+		cmocka_unit_test(test_concurrent_libcuda_entry_stopped),
 		cmocka_unit_test(test_fake_driver),
 		cmocka_unit_test(test_decoder_table),
 #if defined(__x86_64__)
