@@ -405,6 +405,7 @@ struct gdr_intercept_stats {
 	 * stopped, and threads found inside an entry's first instructions and moved out. */
 	uint32_t entries_short, entries_stopped;
 	uint32_t threads_stopped, threads_moved;
+	uint64_t stopped_ns; /* how long the other threads were stopped, in all */
 };
 /* Copy what the interception saw; size is sizeof(*stats) as the caller knows it (the structure
  * may grow at its end: fields past size are not written). Loads libcuda and installs the

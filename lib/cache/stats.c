@@ -325,6 +325,7 @@ void gdr_stats_print(struct gdr_cache *c, const char *why)
 		{ "intercept_entries_stopped", NULL, is.entries_stopped },
 		{ "intercept_threads_stopped", NULL, is.threads_stopped },
 		{ "intercept_threads_moved", NULL, is.threads_moved },
+		{ "intercept_stopped_ns", NULL, is.stopped_ns },
 	};
 	const unsigned all = sizeof(v) / sizeof(v[0]), text_first = 3;
 	unsigned text_end = 0, n = all;

@@ -81,6 +81,7 @@ static struct {
 	uint64_t frees[GDR_FREE_ROUTES];
 	uint64_t released, deferred, oom_relief, oom_retry_ok, free_ns, own_releases;
 	uint32_t entries_short, entries_stopped, threads_stopped, threads_moved; /* install time */
+	uint64_t stopped_ns;
 } hs;
 
 /* Whether the library's release of a primary context it borrowed (cuda.c) can be the last, which
@@ -509,6 +510,7 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 			nstopped++;
 			hs.threads_stopped += st.threads;
 			hs.threads_moved += st.relocated;
+			hs.stopped_ns += st.ns;
 		}
 		if (t->required) {
 			nreq++;
@@ -714,6 +716,7 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.entries_stopped = __atomic_load_n(&hs.entries_stopped, __ATOMIC_RELAXED);
 	s.threads_stopped = __atomic_load_n(&hs.threads_stopped, __ATOMIC_RELAXED);
 	s.threads_moved = __atomic_load_n(&hs.threads_moved, __ATOMIC_RELAXED);
+	s.stopped_ns = __atomic_load_n(&hs.stopped_ns, __ATOMIC_RELAXED);
 	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
 	errno = saved_errno;
 	return 0;
