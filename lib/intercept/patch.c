@@ -65,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "intercept/patch.h"
@@ -230,9 +231,26 @@ struct gap_arg {
 	uintptr_t target, lo, hi; /* a page at [c, c + page) must have lo <= c <= hi */
 	size_t page;
 	uintptr_t prev_end;
+	uintptr_t stack_room; /* left free below a stack */
 	unsigned n;
 	uintptr_t cand[MAX_CANDIDATES];
 };
+
+/* What a stack may grow into: its limit (at most STACK_ROOM_MAX, where it is unlimited or
+ * larger), plus the kernel's guard gap and a margin. */
+#define STACK_ROOM_MAX (1ULL << 30)
+#define STACK_MARGIN (16ULL << 20)
+
+static uintptr_t stack_room(void)
+{
+	struct rlimit rl;
+	uint64_t lim = STACK_ROOM_MAX;
+
+	if (!getrlimit(RLIMIT_STACK, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < STACK_ROOM_MAX)
+		lim = rl.rlim_cur;
+	return (uintptr_t)(lim + STACK_MARGIN);
+}
 
 static uintptr_t dist(uintptr_t a, uintptr_t b)
 {
@@ -265,10 +283,15 @@ static void gap_offer(struct gap_arg *g, uintptr_t start, uintptr_t end)
 static int gap_one(const struct mapping *m, void *arg)
 {
 	struct gap_arg *g = arg;
+	uintptr_t end = m->start;
 
-	/* Below a stack lies the room it grows into (and the kernel's guard gap): leave it. */
-	if (!m->stack && m->start > g->prev_end)
-		gap_offer(g, g->prev_end, m->start);
+	/* Below a stack lies the room it grows into (and the kernel's guard gap): leave that much,
+	 * not the whole gap (where a library's neighbours are taken, as by a driver's reservation
+	 * of virtual addresses just below it, the gap up to the stack may be all that is in reach). */
+	if (m->stack)
+		end = end > g->prev_end + g->stack_room ? end - g->stack_room : g->prev_end;
+	if (end > g->prev_end)
+		gap_offer(g, g->prev_end, end);
 	if (m->end > g->prev_end)
 		g->prev_end = m->end;
 	return 0;
@@ -277,7 +300,9 @@ static int gap_one(const struct mapping *m, void *arg)
 /* Maps a read+write page within reach of target: its address, or 0. */
 static uintptr_t page_new(const struct gdr_patch_arch *a, uintptr_t target, size_t page)
 {
-	struct gap_arg g = { .target = target, .page = page, .prev_end = ADDR_FLOOR };
+	struct gap_arg g = {
+		.target = target, .page = page, .prev_end = ADDR_FLOOR, .stack_room = stack_room()
+	};
 	uintptr_t reach = a->reach & ~(uintptr_t)(page - 1);
 
 	g.lo = target > ADDR_FLOOR + reach ? target - reach : ADDR_FLOOR;
@@ -577,6 +602,8 @@ static int commit(const struct gdr_patch_arch *a, void *target, const uint8_t *c
  * the entry's own bytes put it there (libcuda 580: about 1 GiB above the function), which happens
  * where libraries are loaded within that of the address space's top, as without address space
  * randomisation (setarch -R; gdb runs programs so by default). docs/FACTS.md. */
+static const char NO_TRAMPOLINE[] = "no trampoline memory within branch reach";
+
 static const char SHORT_OUTSIDE[] =
 	"the address the entry's bytes jump to is outside the address space";
 
@@ -599,7 +626,7 @@ static int install_short(const struct gdr_patch_arch *a, void *target, const uin
 		return refuse(why, SHORT_OUTSIDE, -ENOMEM);
 	slot = slot_write(a, target, code, (unsigned)len, hook, page);
 	if (!slot)
-		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+		return refuse(why, NO_TRAMPOLINE, -ENOMEM);
 	if (stub_room(dest, page)) {
 		slot_unwrite(slot);
 		return refuse(why, "the address the entry's bytes jump to is taken", -ENOMEM);
@@ -644,7 +671,7 @@ static int install_chain(const struct gdr_patch_arch *a, void *target, const uin
 	/* orig: the absolute jump (the branch back emit appends after it is never reached) */
 	slot = slot_write(a, target, jmp, n, hook, page);
 	if (!slot)
-		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+		return refuse(why, NO_TRAMPOLINE, -ENOMEM);
 	return commit(a, target, code, m, slot, orig, a->entry_len, why);
 }
 
@@ -694,7 +721,7 @@ static int install_stopped(const struct gdr_patch_arch *a, void *target, const u
 		return refuse(why, "entry straddles what one atomic store can write", -EINVAL);
 	c.slot = slot_write(a, target, code, (unsigned)moved, hook, page);
 	if (!c.slot)
-		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+		return refuse(why, NO_TRAMPOLINE, -ENOMEM);
 	r = (struct gdr_stw_region){ .start = (uintptr_t)target,
 				     .len = (unsigned)moved,
 				     .moved_to = (uintptr_t)c.slot + GDR_PATCH_ORIG };
@@ -749,7 +776,9 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 		const char *short_why = NULL;
 
 		rc = install_short(a, target, code, avail, &m, hook, orig, &short_why);
-		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY)
+		/* no trampoline memory: the five-byte form needs it as well */
+		if (!rc || rc == -ENOTSUP || rc == -EACCES || rc == -EBUSY ||
+		    short_why == NO_TRAMPOLINE)
 			return rc ? refuse(why, short_why, rc) : 0;
 		if (!(flags & GDR_PATCH_QUIESCENT))
 			return install_stopped(a, target, code, avail, &m, hook, orig, flags,
@@ -770,7 +799,7 @@ static int install_locked(const struct gdr_patch_arch *a, void *target, void *ho
 
 	slot = slot_write(a, target, code, moved, hook, page);
 	if (!slot)
-		return refuse(why, "no trampoline memory within branch reach", -ENOMEM);
+		return refuse(why, NO_TRAMPOLINE, -ENOMEM);
 
 	return commit(a, target, code, &m, slot, orig, a->entry_len, why);
 }

@@ -91,11 +91,15 @@ static CUresult free_async_default(CUdeviceptr p)
 	return ((free_async_fn)(void *)async_free)(p, NULL);
 }
 
+static CUcontext main_ctx; /* the churning threads' context (a new thread has none) */
+
 static void *churn(void *arg)
 {
 	unsigned bad = 0;
 
 	(void)arg;
+	if (p_cuCtxSetCurrent(main_ctx) != CUDA_SUCCESS)
+		return (void *)(uintptr_t)ROUNDS;
 	for (int i = 0; i < ROUNDS; i++) {
 		CUdeviceptr p = 0;
 
@@ -210,6 +214,7 @@ int main(int argc, char **argv)
 	OK(gdr_mem_monitor_create(GDR_MONITOR_ALL, on_event, NULL, &all) == 0, "monitor of all");
 	all0 = __atomic_load_n(&seen_all, __ATOMIC_RELAXED);
 	head = gdr_mem_events_head();
+	p_cuCtxGetCurrent(&main_ctx);
 	for (int i = 0; i < THREADS; i++)
 		pthread_create(&th[i], NULL, churn, NULL);
 	for (int i = 0; i < THREADS; i++) {

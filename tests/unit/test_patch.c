@@ -49,11 +49,13 @@ int patch_test_data[16];
 
 #define TARGETS(X)                                                                                 \
 	X(t_basic)                                                                                 \
-	X(t_cas16) X(t_conc) X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call) X(t_jmp)           \
-		X(t_unknown) X(t_straddle) X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3)        \
-			X(t_near) X(t_lc)
-#define NLC 32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart; t_lc
-		* holds 2 * NLC: a set for each form */
+	X(t_cas16)                                                                                 \
+	X(t_conc)                                                                                  \
+	X(t_two_a) X(t_two_b) X(t_rip) X(t_rip2) X(t_call) X(t_jmp) X(t_unknown) X(t_straddle)     \
+		X(t_adrp) X(t_b) X(t_ldr_lit) X(t_cbz) X(t_rip3) X(t_near) X(t_lc)
+#define NLC                                                                                        \
+	32 /* libcuda-style targets patched under calling threads, LC_SIZE bytes apart; t_lc
+	    * holds 2 * NLC: a set for each form */
 #define LC_SIZE 64
 #define X(n) extern char n[];
 TARGETS(X)
@@ -438,7 +440,7 @@ static atomic_bool lc_stop;
 static atomic_long lc_calls, lc_wrong;
 
 static __thread int lc_mine; /* the target this thread is calling */
-static unsigned lc_moved; /* threads moved out of an entry by the stopped form's patches */
+static unsigned lc_moved;    /* threads moved out of an entry by the stopped form's patches */
 
 static long lc_hook(long a, long b, long c, long d, long e, long f)
 {
@@ -540,8 +542,8 @@ static void test_concurrent_libcuda_entry_stopped(void **state)
 	for (int i = NLC; i < 2 * NLC; i++)
 		assert_int_equal(gdr_patch_bytes(t_lc + (size_t)i * LC_SIZE),
 				 gdr_patch_arch()->short_dest ? 5 : 4);
-	print_message("%d patches with %d threads calling: %u threads moved out of an entry\n",
-		      NLC, CONC_THREADS, lc_moved);
+	print_message("%d patches with %d threads calling: %u threads moved out of an entry\n", NLC,
+		      CONC_THREADS, lc_moved);
 }
 
 #if defined(__x86_64__)
@@ -620,6 +622,81 @@ static void test_short_form_outside(void **state)
 	assert_true(gdr_patch_stopped(p));
 	assert_int_equal(((fn6)(void *)p)(1, 2, 3, 4, 5, 6), 21);  /* the hook */
 	assert_int_equal(((long (*)(long, long))orig)(40, 2), 42); /* the original */
+}
+
+/* Trampoline memory where the only free addresses within branch reach lie in the gap below the
+ * stack: a library whose neighbours below are a driver's reservation of virtual addresses (the
+ * fake CUDA driver's, in the VM) and above it other libraries up to the end of the mappings. The
+ * room a stack grows into is left, the rest of that gap used (it was skipped whole, and every
+ * entry of such a library refused). Skipped where the addresses it needs are taken. */
+static void test_trampoline_below_stack(void **state)
+{
+	/* libcuda 580's first six bytes, then pop r12; pop rbp; lea rax,[rdi+rsi]; ret */
+	static const uint8_t body[] = { 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x41,
+					0x5c, 0x5d, 0x48, 0x8d, 0x04, 0x37, 0xc3 };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t reach = gdr_patch_arch()->reach, stack = 0, t, lo;
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "r");
+	uint8_t *p, *below;
+	const char *why = NULL;
+	void *orig = NULL;
+	(void)state;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "[stack]"))
+			stack = (uintptr_t)strtoull(line, NULL, 16);
+	fclose(f);
+	if (!stack)
+		skip();
+	/* the gaps above the stack (around [vvar] and [vdso], up to the top) taken: only the gap
+	 * below it stays free within reach */
+	f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	for (uintptr_t prev = stack; fgets(line, sizeof(line), f);) {
+		char *e;
+		uintptr_t start = (uintptr_t)strtoull(line, &e, 16), end;
+
+		end = (uintptr_t)strtoull(e + 1, NULL, 16);
+		if (start < stack || start >= 1ULL << 47)
+			continue;
+		if (start > prev)
+			mmap((void *)prev, start - prev, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1,
+			     0);
+		prev = end;
+		if (!strstr(line, "[vdso]"))
+			continue;
+		mmap((void *)prev, (1ULL << 47) - prev, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	}
+	fclose(f);
+	/* the target 256 MiB below the stack, its whole reach below reserved */
+	t = (stack - (256ULL << 20)) & ~(uintptr_t)(page - 1);
+	lo = t - reach;
+	p = mmap((void *)t, page, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p != (void *)t) {
+		print_message("the address 256 MiB below the stack is taken\n");
+		skip();
+	}
+	below = mmap((void *)lo, t - lo, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (below != (void *)lo) {
+		munmap(p, page);
+		print_message("the reach below the target is not free\n");
+		skip();
+	}
+	memcpy(p, body, sizeof(body));
+	assert_int_equal(mprotect(p, page, PROT_READ | PROT_EXEC), 0);
+	assert_int_equal(gdr_patch_install(p, (void *)other_hook, &orig,
+					   GDR_PATCH_QUIESCENT | GDR_PATCH_NO_SHORT, &why),
+			 0);
+	assert_true((uintptr_t)orig > t &&
+		    (uintptr_t)orig < stack);                     /* in the gap below the stack */
+	assert_true((uintptr_t)orig < stack - (8ULL << 20));      /* not in its room */
+	assert_int_equal(((fn6)(void *)p)(1, 2, 3, 4, 5, 6), 21); /* the hook */
 }
 #endif
 
@@ -993,6 +1070,10 @@ static void test_decoder_table(void **state)
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+#if defined(__x86_64__)
+		/* first: before any trampoline page exists */
+		cmocka_unit_test(test_trampoline_below_stack),
+#endif
 		cmocka_unit_test(test_basic),
 		cmocka_unit_test(test_cas16),
 		cmocka_unit_test(test_two),
