@@ -698,6 +698,7 @@ static int stopped_commit_fn(void *arg)
 }
 
 static char stopped_why[200]; /* under patch_lock */
+static bool stop_gave_up;     /* a stop ran out of time: no more (under patch_lock) */
 
 static int install_stopped(const struct gdr_patch_arch *a, void *target, const uint8_t *code,
 			   size_t avail, const struct mapping *m, void *hook, void **orig,
@@ -725,7 +726,15 @@ static int install_stopped(const struct gdr_patch_arch *a, void *target, const u
 	r = (struct gdr_stw_region){ .start = (uintptr_t)target,
 				     .len = (unsigned)moved,
 				     .moved_to = (uintptr_t)c.slot + GDR_PATCH_ORIG };
-	rc = gdr_stw_run(&r, stopped_commit_fn, &c, &stw_why);
+	if (stop_gave_up) {
+		stw_why = "an earlier stop ran out of time";
+		rc = -EBUSY;
+	} else {
+		rc = gdr_stw_run(&r, stopped_commit_fn, &c, &stw_why);
+		/* threads that did not stop in time once (a sanitizer that defers signals, a thread
+		 * spinning with them blocked) will not for the next entry either: no second wait */
+		stop_gave_up = !c.ran && rc == -EBUSY && strstr(stw_why, "within");
+	}
 	if (c.ran) {
 		if (!rc)
 			patches[npatches - 1].stopped = true;
