@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The main job: examples/gdr_rdma_demo, a verbs program that moves GPU buffers with RDMA WRITE,
-# registering them around every message, first with ibv_reg_mr and then through libgdrcache, and
-# verifying every payload (also after the buffer is freed and reallocated at the same address).
+# registering them around every message with ibv_reg_mr and through libgdrcache, the two taking
+# turns in short bursts so that a busy machine slows both alike, and verifying every payload (also
+# after the buffer is freed and reallocated at the same address). It prints how the cache validates
+# its hits (free events or BUFFER_ID queries, and why), both ways' messages per second (median and
+# spread over the bursts), their registration cost, and where a message's time goes.
 # Then examples/naive_gpu_verbs, a plain verbs program without libgdrcache, as it is and under
 # LD_PRELOAD=libgdrcache-preload.so: the same verified payloads, registration through the cache.
 #
