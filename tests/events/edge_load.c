@@ -327,7 +327,7 @@ static int m_busy(const char *lib, bool take_stubs)
 	       is.frees[GDR_FREE_MEM_FREE] - frees_before);
 	if (strcmp(mode_name(&a, c), "events")) {
 		if (getenv("EDGE_SIGNALS_DEFERRED") &&
-		    (strstr(is.reason, "did not stop") || strstr(is.reason, "out of time"))) {
+		    (strstr(is.reason, "not stopped") || strstr(is.reason, "out of time"))) {
 			/* ThreadSanitizer runs a handler only when the thread next enters one of its
 			 * interceptors: threads calling the fake driver's loop do not stop in time.
 			 * The refusal is the right answer; events cannot be proven here. */
