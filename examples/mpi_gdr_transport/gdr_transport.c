@@ -21,8 +21,9 @@ struct gt_ctx {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp **qp;     /* per peer; NULL for this rank */
-	struct gdr_cache *cache;
+	struct gdr_cache *cache; /* NULL with GT_NO_CACHE */
 	struct gdr_region *exposed;
+	struct ibv_mr *exposed_mr; /* GT_NO_CACHE */
 	int (*get_attr)(void *, int, unsigned long long); /* cuPointerGetAttribute, for the check */
 	struct gt_stats st;
 };
@@ -74,7 +75,9 @@ static int connect_qp(struct gt_ctx *ctx, struct ibv_qp *qp, const struct qp_add
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		return fail("RTR");
-	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+	/* retry_cnt 6, not 7: soft-RoCE (rxe_comp.c) retries for ever at 7, so a writer would never
+	 * learn that its peer died; 6 retries of 67 ms end in IBV_WC_RETRY_EXC_ERR. */
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 6,
 				  .rnr_retry = 7, .sq_psn = ctx->rank * 1000u, .max_rd_atomic = 1 };
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 			  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
@@ -82,16 +85,22 @@ static int connect_qp(struct gt_ctx *ctx, struct ibv_qp *qp, const struct qp_add
 	return 0;
 }
 
-struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index)
+struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index, unsigned flags)
 {
-	struct gt_ctx *ctx = calloc(1, sizeof(*ctx));
-	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct gt_ctx *ctx;
+	struct ibv_device **list;
 	struct ibv_port_attr port;
 	struct qp_addr *mine, *theirs;
 	union ibv_gid gid;
 	void *cuda;
 	int ok = 1, all;
 
+	if (flags & ~GT_NO_CACHE) {
+		fprintf(stderr, "gdr_transport: unknown flags %#x\n", flags);
+		return NULL;
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	list = ibv_get_device_list(NULL);
 	ctx->comm = comm;
 	ctx->gid_index = gid_index;
 	MPI_Comm_rank(comm, &ctx->rank);
@@ -109,7 +118,7 @@ struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index)
 	    ibv_query_port(ctx->ibctx, 1, &port) || ibv_query_gid(ctx->ibctx, 1, gid_index, &gid)) {
 		fail(ctx->ibctx ? "device setup" : "no such RDMA device");
 		ok = 0;
-	} else if (gdr_cache_create(NULL, &ctx->cache)) {
+	} else if (!(flags & GT_NO_CACHE) && gdr_cache_create(NULL, &ctx->cache)) {
 		fprintf(stderr, "gdr_transport: gdr_cache_create failed\n");
 		ok = 0;
 	}
@@ -152,9 +161,20 @@ struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index)
 int gt_expose(struct gt_ctx *ctx, void *buf, size_t len, struct gt_key *key)
 {
 	uint32_t rkey;
-	int rc = gdr_reg(ctx->cache, ctx->pd, buf, len,
-			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &ctx->exposed);
+	int rc;
 
+	if (!ctx->cache) {
+		ctx->exposed_mr = ibv_reg_mr(ctx->pd, buf, len,
+					     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!ctx->exposed_mr)
+			return fail("ibv_reg_mr (expose)");
+		ctx->st.regs++;
+		*key = (struct gt_key){ .addr = (uint64_t)(uintptr_t)buf, .len = len,
+					.rkey = ctx->exposed_mr->rkey };
+		return 0;
+	}
+	rc = gdr_reg(ctx->cache, ctx->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+		     &ctx->exposed);
 	if (rc) {
 		fprintf(stderr, "gdr_transport: gdr_reg (expose): %s\n", strerror(-rc));
 		return -1;
@@ -169,14 +189,18 @@ int gt_unexpose(struct gt_ctx *ctx)
 {
 	int rc = ctx->exposed ? gdr_dereg(ctx->exposed) : 0;
 
+	if (ctx->exposed_mr && ibv_dereg_mr(ctx->exposed_mr))
+		rc = -1;
 	ctx->exposed = NULL;
+	ctx->exposed_mr = NULL;
 	return rc;
 }
 
 int gt_write(struct gt_ctx *ctx, int peer, const void *src, size_t len, const struct gt_key *key,
 	     uint64_t off)
 {
-	struct gdr_region *r;
+	struct gdr_region *r = NULL;
+	struct ibv_mr *mr = NULL;
 	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)len };
 	struct ibv_send_wr wr = {
 		.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
@@ -189,13 +213,21 @@ int gt_write(struct gt_ctx *ctx, int peer, const void *src, size_t len, const st
 	if (peer < 0 || peer >= ctx->nranks || !ctx->qp[peer] || off + len > key->len)
 		return -1;
 	/* Registered around every write, as naive code does: the cache makes it a lookup. */
-	rc = gdr_reg(ctx->cache, ctx->pd, (void *)src, len, IBV_ACCESS_LOCAL_WRITE, &r);
-	if (rc) {
-		fprintf(stderr, "gdr_transport: gdr_reg: %s\n", strerror(-rc));
-		return -1;
+	if (!ctx->cache) {
+		mr = ibv_reg_mr(ctx->pd, (void *)src, len, IBV_ACCESS_LOCAL_WRITE);
+		if (!mr)
+			return fail("ibv_reg_mr");
+		ctx->st.regs++;
+		sge.lkey = mr->lkey;
+	} else {
+		rc = gdr_reg(ctx->cache, ctx->pd, (void *)src, len, IBV_ACCESS_LOCAL_WRITE, &r);
+		if (rc) {
+			fprintf(stderr, "gdr_transport: gdr_reg: %s\n", strerror(-rc));
+			return -1;
+		}
+		check_region(ctx, r, src);
+		gdr_region_keys(r, &sge.lkey, NULL);
 	}
-	check_region(ctx, r, src);
-	gdr_region_keys(r, &sge.lkey, NULL);
 	rc = ibv_post_send(ctx->qp[peer], &wr, &bad);
 	while (!rc && (n = ibv_poll_cq(ctx->cq, 1, &wc)) == 0)
 		;
@@ -204,7 +236,10 @@ int gt_write(struct gt_ctx *ctx, int peer, const void *src, size_t len, const st
 			n < 0 ? "poll failed" : ibv_wc_status_str(wc.status));
 		rc = -1;
 	}
-	gdr_dereg(r);
+	if (r)
+		gdr_dereg(r);
+	if (mr && ibv_dereg_mr(mr))
+		rc = -1;
 	if (!rc) {
 		ctx->st.writes++;
 		ctx->st.bytes += len;
@@ -216,7 +251,8 @@ void gt_get_stats(struct gt_ctx *ctx, struct gt_stats *s)
 {
 	struct gdr_cache_stats cs = { 0 };
 
-	gdr_cache_get_stats(ctx->cache, &cs);
+	if (ctx->cache)
+		gdr_cache_get_stats(ctx->cache, &cs);
 	*s = ctx->st;
 	s->hits = cs.hits;
 	s->misses = cs.misses;

@@ -26,11 +26,17 @@ struct gt_stats {
 	uint64_t writes, bytes, regs;
 	uint64_t stale;        /* registrations whose buffer id differed from the driver's (must be 0) */
 	uint64_t hits, misses, cache_stale, events, validate_mode; /* from gdr_cache_get_stats */
+	/* (all 0 with GT_NO_CACHE) */
 };
 
+/* gt_open's flags. GT_NO_CACHE: no libgdrcache; every operation registers its buffer with
+ * ibv_reg_mr and deregisters it after, as naive code does (the comparison without the cache). */
+#define GT_NO_CACHE 1u
+
 /* Opens device `dev` (NULL: the first), GID index `gid_index`, and connects one RC QP to every
- * other rank of comm (collective). Returns NULL on failure (message on stderr). */
-struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index);
+ * other rank of comm (collective). Unknown flags fail. Returns NULL on failure (message on
+ * stderr). */
+struct gt_ctx *gt_open(MPI_Comm comm, const char *dev, int gid_index, unsigned flags);
 /* Registers [buf, buf+len) for remote writes and fills *key; gt_unexpose releases it. */
 int gt_expose(struct gt_ctx *ctx, void *buf, size_t len, struct gt_key *key);
 int gt_unexpose(struct gt_ctx *ctx);

@@ -8,6 +8,8 @@
  * GPU memory comes from the CUDA driver API (dlopen of libcuda.so.1; the fake driver in the VM).
  *
  * Usage: mpirun -np N mpi_gdr_transport [-d device] [-g gid_index] [-n messages] [-s size] [-r N]
+ *                                        [-u]
+ * -u: without the cache (GT_NO_CACHE: ibv_reg_mr/ibv_dereg_mr around every message), to compare.
  * Exit status: 0 every payload right and no stale registration, 1 otherwise, 2 setup failed,
  * 77 no CUDA driver.
  */
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
 {
 	const char *dev = NULL;
 	int gid = 1, messages = 1000, every = 100, opt, rank, n, setup, all_setup;
+	unsigned flags = 0;
 	size_t size = 65536;
 	/* enum gdr_validate's names (libgdrcache is the transport's: this file has no gdrcache.h) */
 	static const char *const modes[] = { "auto", "tag", "events" };
@@ -68,13 +71,14 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
-	while ((opt = getopt(argc, argv, "d:g:n:s:r:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:n:s:r:u")) != -1) {
 		switch (opt) {
 		case 'd': dev = optarg; break;
 		case 'g': gid = atoi(optarg); break;
 		case 'n': messages = atoi(optarg); break;
 		case 's': size = strtoull(optarg, NULL, 0) & ~(size_t)3; break;
 		case 'r': every = atoi(optarg); break;
+		case 'u': flags |= GT_NO_CACHE; break;
 		default: MPI_Abort(MPI_COMM_WORLD, 2);
 		}
 	}
@@ -92,7 +96,7 @@ int main(int argc, char **argv)
 		MPI_Finalize();
 		return 2;
 	}
-	struct gt_ctx *ctx = gt_open(MPI_COMM_WORLD, dev, gid);
+	struct gt_ctx *ctx = gt_open(MPI_COMM_WORLD, dev, gid, flags);
 	if (!ctx) {
 		MPI_Finalize();
 		return 2;
@@ -150,12 +154,18 @@ int main(int argc, char **argv)
 	v[3] = (uint64_t)same_va;
 	v[4] = s.regs;
 	MPI_Reduce(v, tot, 5, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-	printf("mpi_gdr_transport: rank %d: %" PRIu64 " writes, %d payloads wrong, %" PRIu64
-	       " registrations, %" PRIu64 " stale; cache: mode %s, %" PRIu64 " hits, %" PRIu64
-	       " misses, %" PRIu64 " stale entries dropped, %" PRIu64 " free events; %d of %d "
-	       "reallocations at the same address\n", rank, s.writes, wrong, s.regs, s.stale,
-	       s.validate_mode < 3 ? modes[s.validate_mode] : "?", s.hits, s.misses, s.cache_stale,
-	       s.events, same_va, reallocs);
+	if (flags & GT_NO_CACHE)
+		printf("mpi_gdr_transport: rank %d: %" PRIu64 " writes, %d payloads wrong, %" PRIu64
+		       " registrations, %" PRIu64 " stale; cache: off (ibv_reg_mr each time); %d of %d "
+		       "reallocations at the same address\n", rank, s.writes, wrong, s.regs, s.stale,
+		       same_va, reallocs);
+	else
+		printf("mpi_gdr_transport: rank %d: %" PRIu64 " writes, %d payloads wrong, %" PRIu64
+		       " registrations, %" PRIu64 " stale; cache: mode %s, %" PRIu64 " hits, %" PRIu64
+		       " misses, %" PRIu64 " stale entries dropped, %" PRIu64 " free events; %d of %d "
+		       "reallocations at the same address\n", rank, s.writes, wrong, s.regs, s.stale,
+		       s.validate_mode < 3 ? modes[s.validate_mode] : "?", s.hits, s.misses,
+		       s.cache_stale, s.events, same_va, reallocs);
 	fflush(stdout);
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (!rank)
