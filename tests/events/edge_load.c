@@ -200,16 +200,14 @@ static int basic(const struct api *a, struct gdr_cache *c)
 	return bad || !va;
 }
 
-static int m_stubtaken(const char *lib)
+/* Takes the pages the one-byte form's stubs of the driver's free entries need (where take, and
+ * where they can be mapped): how many were taken; *past (may be NULL) gets how many lie past the
+ * top of the address space. */
+static int take_stub_pages(bool take, int *past)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	struct gdr_cache *c = NULL;
-	struct api a;
-	void *h;
-	int taken = 0;
+	int taken = 0, n_past = 0;
 
-	if (cuda_init())
-		return 1;
 	for (size_t i = 0; i < sizeof(free_entries) / sizeof(free_entries[0]); i++) {
 		void *fn = dlsym(cu.h, free_entries[i]);
 		uintptr_t d;
@@ -217,10 +215,28 @@ static int m_stubtaken(const char *lib)
 		if (!fn)
 			continue;
 		d = stub_dest(fn) & ~(uintptr_t)(page - 1);
-		if (mmap((void *)d, page, PROT_READ,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == (void *)d)
+		if (d >= 1ULL << 47)
+			n_past++;
+		else if (take && mmap((void *)d, page, PROT_READ,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+				      0) == (void *)d)
 			taken++;
 	}
+	if (past)
+		*past = n_past;
+	return taken;
+}
+
+static int m_stubtaken(const char *lib)
+{
+	struct gdr_cache *c = NULL;
+	struct api a;
+	void *h;
+	int taken;
+
+	if (cuda_init())
+		return 1;
+	taken = take_stub_pages(true, NULL);
 	printf("  %d stub pages taken by the program\n", taken);
 	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!h || api_find(h, &a))
@@ -272,31 +288,17 @@ static int busy_more(long n)
 
 static int m_busy(const char *lib, bool take_stubs)
 {
-	long page = sysconf(_SC_PAGESIZE);
 	pthread_t th[BUSY_THREADS];
 	struct gdr_intercept_stats is;
 	struct gdr_cache *c = NULL;
 	uint64_t frees_before;
 	struct api a;
-	int taken = 0, past = 0, rc = 0;
+	int taken, past = 0, rc = 0;
 	void *h;
 
 	if (cuda_init())
 		return 1;
-	for (size_t i = 0; i < sizeof(free_entries) / sizeof(free_entries[0]); i++) {
-		void *fn = dlsym(cu.h, free_entries[i]);
-		uintptr_t d;
-
-		if (!fn)
-			continue;
-		d = stub_dest(fn) & ~(uintptr_t)(page - 1);
-		if (d >= 1ULL << 47)
-			past++;
-		else if (take_stubs && mmap((void *)d, page, PROT_READ,
-					    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
-					    0) == (void *)d)
-			taken++;
-	}
+	taken = take_stub_pages(take_stubs, &past);
 	printf("  %d stub pages taken by the program, %d past the top\n", taken, past);
 	if (!take_stubs && !past) {
 		fprintf(stderr, "SKIP: the driver was loaded where its stub addresses fit\n");
