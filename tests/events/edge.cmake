@@ -30,7 +30,7 @@ add_test(NAME events_edge_early COMMAND edge_early $<TARGET_FILE:gdrcache>)
 add_test(NAME events_edge_early_otherdev COMMAND edge_early $<TARGET_FILE:gdrcache> otherdev)
 set(edge_tests events_edge_early events_edge_early_otherdev)
 
-set(edge_load_modes stubtaken busy busy_norand dlclose ringlost)
+set(edge_load_modes stubtaken busy busy_norand dlclose ringlost probelap)
 if(NOT GDR_SANITIZE) # the sanitizers' runtimes refuse RTLD_DEEPBIND (google/sanitizers#611)
   list(APPEND edge_load_modes deepbind)
 endif()

@@ -19,6 +19,8 @@
  *   ringlost   more events than the ring holds between two looks of a cache, then the buffer behind
  *              a cached entry is replaced by frees and allocations the hooks do not see: the lost
  *              events must drop everything, so the next registration describes the live buffer.
+ *   probelap   more events than the ring holds between the start-up probe's test free and its look
+ *              (other threads' frees on a busy machine): the probe must still see its own free.
  * Exit 0 pass, 1 fail, 77 skip.
  */
 #define _GNU_SOURCE
@@ -492,6 +494,53 @@ static int m_ringlost(const char *lib)
 	return 0;
 }
 
+/* probelap: the driver's enter hook, on the probe's free, makes more events than the ring holds */
+static uint64_t lap_many[5000];
+static int lap_armed;
+
+static void lap_enter(const char *entry, void *arg)
+{
+	(void)arg;
+	if (strcmp(entry, "cuMemFree_v2") || !__atomic_exchange_n(&lap_armed, 0, __ATOMIC_ACQ_REL))
+		return;
+	for (size_t i = 0; i < sizeof(lap_many) / sizeof(lap_many[0]); i++)
+		cu.alloc((gdr_CUdeviceptr *)&lap_many[i], 512);
+}
+
+static int m_probelap(const char *lib)
+{
+	void (*set_hook)(void (*)(const char *, void *), void *);
+	struct gdr_cache *c = NULL;
+	struct api a;
+	void *h;
+	int rc = 0;
+
+	if (cuda_init())
+		return 1;
+	*(void **)&set_hook = dlsym(cu.h, "fake_cuda_set_enter_hook");
+	if (!set_hook)
+		return fail("the driver lacks fake_cuda_set_enter_hook");
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h || api_find(h, &a))
+		return fail("dlopen libgdrcache");
+	lap_armed = 1;
+	set_hook(lap_enter, NULL);
+	if (a.create(NULL, &c)) /* the probe runs here */
+		return fail("gdr_cache_create");
+	set_hook(NULL, NULL);
+	if (lap_armed)
+		return fail("the probe's free did not reach the driver");
+	if (strcmp(mode_name(&a, c), "events"))
+		rc = fail("events not in effect after a busy ring at the probe");
+	else if (basic(&a, c))
+		rc = fail("stale or failed registrations");
+	for (size_t i = 0; i < sizeof(lap_many) / sizeof(lap_many[0]); i++)
+		if (lap_many[i])
+			cu.free_gpa(lap_many[i]);
+	a.destroy(c);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -512,5 +561,7 @@ int main(int argc, char **argv)
 		return m_deepbind(argv[2]);
 	if (!strcmp(argv[1], "ringlost"))
 		return m_ringlost(argv[2]);
+	if (!strcmp(argv[1], "probelap"))
+		return m_probelap(argv[2]);
 	return fail("unknown mode");
 }
