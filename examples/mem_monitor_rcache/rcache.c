@@ -18,6 +18,10 @@
  * rc_unlock applies the queue before it lets the lock go. Only the holder touches the queue, so it
  * needs no lock of its own, and it is empty whenever the mutex is free.
  *
+ * An entry keeps its subscription until its MR and pin are released: a free of its memory on
+ * another thread while this thread releases it (an eviction, a flush) is then delivered, and its
+ * callback waits for the lock, so the free returns only once the MR is gone.
+ *
  * A miss: subscribe the range first, then pin (gdr_reg), then under the lock make the MR and ask
  * gdr_mem_monitor_valid before inserting: a free of the range at any point after the subscription
  * is either seen there (the subscription was concerned: the entry is dropped and the miss begun
@@ -121,6 +125,12 @@ static void release(struct entry *e)
 		e->rc->verbs.dereg_mr(e->pub.mr);
 	if (e->pub.pin)
 		gdr_dereg(e->pub.pin);
+	/* Last: until the MR is gone, a free of its memory on another thread must find the
+	 * subscription, so that its callback waits for this thread's lock (and with it for this
+	 * release) before the free returns. */
+	if (e->subscribed)
+		gdr_mem_monitor_unsubscribe(e->rc->monitor, (void *)(uintptr_t)e->pub.start,
+					    e->pub.end - e->pub.start);
 	free(e);
 }
 
@@ -212,17 +222,14 @@ static void lru_del(struct rcache *rc, struct entry *e)
 
 /* ---- removal, under the lock ---------------------------------------------------------------------- */
 
-/* Take e out of the index and its subscription; an unreferenced one goes on *dead, to be released
- * by rc_unlock before the mutex is let go; a referenced one at its last put. */
+/* Take e out of the index; an unreferenced one goes on *dead, to be released by rc_unlock before
+ * the mutex is let go; a referenced one at its last put. Its subscription goes with its release,
+ * not here: a free of its memory meanwhile must still wait for the lock. */
 static void uncache(struct rcache *rc, struct entry *e, struct entry **dead)
 {
 	index_remove(rc, e);
 	e->cached = false;
 	rc->st.cached--;
-	if (e->subscribed)
-		gdr_mem_monitor_unsubscribe(rc->monitor, (void *)(uintptr_t)e->pub.start,
-					    e->pub.end - e->pub.start);
-	e->subscribed = false;
 	if (e->refs == 0) {
 		lru_del(rc, e);
 		rc->st.regions--;
@@ -461,20 +468,14 @@ static int miss(struct rcache *rc, struct ibv_pd *pd, uint64_t a, uint64_t len, 
 	return 0;
 
 fail_locked:
-	e->dead = dead;
+	e->dead = dead; /* released (MR, pin, then the subscription) before the unlock */
 	dead = e;
-	if (e->subscribed)
-		gdr_mem_monitor_unsubscribe(rc->monitor, (void *)(uintptr_t)a, len);
-	e->subscribed = false;
 	if (ret == -EAGAIN)
 		rc->st.retries++;
 	rc_unlock(rc, dead);
 	return ret;
 fail:
-	gdr_mem_monitor_unsubscribe(rc->monitor, (void *)(uintptr_t)a, len);
-	if (e->pub.pin)
-		gdr_dereg(e->pub.pin);
-	free(e);
+	release(e); /* the pin, then the subscription */
 	return ret;
 }
 

@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "cuda/cuda_abi.h"
+#include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
 #include "shard.h"
@@ -166,8 +167,13 @@ static struct ibv_mr *t_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t le
 	return mr;
 }
 
+/* Where set: t_dereg_mr calls it first (on the releasing thread, under the rcache lock). */
+static void (*dereg_pause)(void);
+
 static int t_dereg_mr(struct ibv_mr *mr)
 {
+	if (dereg_pause)
+		dereg_pause();
 	pthread_mutex_lock(&mrs_lock);
 	if (mr->lkey / 2 < mr_cap && mr_id[mr->lkey / 2]) {
 		live_of[mr_id[mr->lkey / 2]]--;
@@ -672,6 +678,61 @@ static void test_free_under_rcache_lock(void **state)
 	assert_int_equal(mrs_now(), 0);
 }
 
+/* A free on one thread while another releases the freed memory's entry (a flush here; an eviction
+ * the same): the free returns only once the MR is gone. The releasing thread stops inside the MR's
+ * deregistration until the free has returned or 300 ms have passed, whichever is first: a free
+ * that does not wait for the release (the entry's subscription already given up) returns while the
+ * MR still exists. */
+static int release_paused, free_returned;
+
+static void pause_in_dereg(void)
+{
+	int64_t d = gdr_deadline_ms(300);
+
+	__atomic_store_n(&release_paused, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&free_returned, __ATOMIC_ACQUIRE) && !gdr_deadline_passed(d))
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+}
+
+static void *flusher(void *arg)
+{
+	(void)arg;
+	rcache_flush(rc);
+	return NULL;
+}
+
+static void test_free_during_release(void **state)
+{
+	struct rcache_region *r;
+	uint64_t a, id;
+	unsigned left;
+	pthread_t t;
+
+	(void)state;
+	make(PINS_FAKE, RCACHE_MR_VA, 64);
+	a = alloc(2 * MiB);
+	id = fake_cuda_buffer_id(a);
+	assert_int_equal(rcache_get(rc, FAKE_PD, (void *)(uintptr_t)a, 2 * MiB, 0, &r), 0);
+	rcache_put(r);
+	assert_int_equal(mrs_on(id), 1);
+	release_paused = free_returned = 0;
+	dereg_pause = pause_in_dereg;
+	assert_int_equal(pthread_create(&t, NULL, flusher, NULL), 0);
+	for (int64_t d = gdr_deadline_ms(10000); !__atomic_load_n(&release_paused, __ATOMIC_ACQUIRE);)
+		if (gdr_deadline_passed(d))
+			fail_msg("the flush never reached the MR's deregistration");
+		else
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	assert_int_equal(cuMemFree_v2(a), GDR_CUDA_SUCCESS);
+	left = mrs_on(id);
+	__atomic_store_n(&free_returned, 1, __ATOMIC_RELEASE);
+	assert_int_equal(gdr_join_until(t, gdr_deadline_ms(10000)), 0);
+	dereg_pause = NULL;
+	assert_int_equal(left, 0); /* no MR of the freed memory once its free returned */
+	assert_int_equal(mrs_now(), 0);
+	assert_int_equal(stats().regions, 0);
+}
+
 /* A free while the entry is held: out of the index at once, its MR kept until the put. */
 static void test_free_while_held(void **state)
 {
@@ -786,6 +847,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_free_under_rcache_lock, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_while_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_during_release, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_neighbours_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lru_bound, setup, teardown),
