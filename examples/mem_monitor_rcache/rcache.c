@@ -45,8 +45,7 @@ struct entry {
 	struct rcache_region pub; /* what the caller reads; first, so a region is its entry */
 	struct rcache *rc;
 	unsigned refs;             /* rcache_get references not yet put */
-	bool cached;               /* in the index (and subscribed); else released at refs 0 */
-	bool subscribed;           /* its range is subscribed to the monitor */
+	bool cached;               /* in the index; else released at refs 0 */
 	struct entry *prev, *next; /* the LRU (unreferenced cached entries), oldest first */
 	struct entry *dead;        /* the list of entries to release (rc_unlock) */
 };
@@ -118,7 +117,8 @@ static int make_mr(struct rcache *rc, struct entry *e)
 	return 0;
 }
 
-/* Give back what an entry holds: what gives freed memory back before its free returns. */
+/* Give back what an entry holds (every entry is subscribed from its making to here): what gives
+ * freed memory back before its free returns. */
 static void release(struct entry *e)
 {
 	if (e->pub.mr)
@@ -128,9 +128,8 @@ static void release(struct entry *e)
 	/* Last: until the MR is gone, a free of its memory on another thread must find the
 	 * subscription, so that its callback waits for this thread's lock (and with it for this
 	 * release) before the free returns. */
-	if (e->subscribed)
-		gdr_mem_monitor_unsubscribe(e->rc->monitor, (void *)(uintptr_t)e->pub.start,
-					    e->pub.end - e->pub.start);
+	gdr_mem_monitor_unsubscribe(e->rc->monitor, (void *)(uintptr_t)e->pub.start,
+				    e->pub.end - e->pub.start);
 	free(e);
 }
 
@@ -424,7 +423,6 @@ static int miss(struct rcache *rc, struct ibv_pd *pd, uint64_t a, uint64_t len, 
 		free(e);
 		return ret;
 	}
-	e->subscribed = true;
 	ret = gdr_reg(rc->cache, NULL, (void *)(uintptr_t)a, len, 0, &e->pub.pin);
 	if (ret == 0)
 		ret = gdr_region_buffer_id(e->pub.pin, &e->pub.buffer_id);

@@ -560,8 +560,7 @@ void gdr_hooks_install(void *libcuda, bool fresh)
  * free of an address no allocation holds (PROBE_VA), made through cuGetProcAddress's pointer,
  * through dlsym(libcuda) and through the global scope's binding, is seen each time. */
 
-
-/* Whether a free event for va was published at or after seq. */
+/* One route: whether fr's free of PROBE_VA reached a hook on this thread. */
 static int probe_path(free_fn fr, const char **why, const char *fail)
 {
 	unsigned before = probe_frees;
