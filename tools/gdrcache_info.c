@@ -26,6 +26,7 @@
 #include "common/config.h"
 #include "common/json.h"
 #include "cuda/cuda.h"
+#include "intercept/hooks.h" /* gdr_driver_load */
 
 #define DEVATTR_GPU_DIRECT_RDMA_SUPPORTED 116
 #define DEVATTR_DMA_BUF_SUPPORTED 124
@@ -206,7 +207,7 @@ static void cuda(void)
 	void *h;
 
 	begin("cuda");
-	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle())) {
+	if (gdr_driver_load() || !(h = gdr_cuda_libcuda_handle())) {
 		out_str("driver", "not loaded (no libcuda.so.1, or cuInit failed)");
 		end();
 		return;

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
+#include "intercept/hooks.h" /* gdr_driver_load */
 #include "nic/verbs.h"
 
 static bool exports_dmabufs(int device)
@@ -32,7 +33,7 @@ static int dmabuf_open(const struct gdr_config *cfg, const struct gdr_sys *sys, 
 	int n = gdr_cuda_device_count(), d;
 
 	(void)cfg;
-	if (gdr_cuda_load()) {
+	if (gdr_driver_load()) {
 		*why = "no CUDA driver";
 		return -ENODEV;
 	}

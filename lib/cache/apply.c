@@ -7,11 +7,15 @@
  * (an event that drops nothing, most frees, says nothing).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cache/cache.h"
 #include "cache/caches.h"
+#include "common/log.h"
 #include "intercept/events.h"
+#include "intercept/hooks.h"
 
 /* Its cancellation state before the outermost of them (cache.h: none acts while one is held). */
 __thread int gdr_cache_cancel_state __attribute__((tls_model("initial-exec")));
@@ -415,4 +419,20 @@ uint64_t gdr_caches_reg_waits(void)
 
 	gdr_thr_foreach_cache(sum_waits, &n);
 	return n;
+}
+
+/* The interception's statistics with the caches' part (intercept/hooks.c gives the rest): exported
+ * here, above both, so that the interception never reads the caches. */
+GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t size)
+{
+	struct gdr_intercept_stats s;
+
+	if (!out || size < offsetof(struct gdr_intercept_stats, frees)) {
+		gdr_err("NULL or too small statistics buffer");
+		return -EINVAL;
+	}
+	gdr_hooks_get_stats(&s);
+	s.reg_waits = gdr_caches_reg_waits();
+	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	return 0;
 }

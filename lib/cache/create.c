@@ -281,7 +281,7 @@ static int create(const struct gdr_cache_attr *attr, const struct gdr_cache_seam
 	if (attr && (attr->field_mask & GDR_CACHE_ATTR_INTERCEPT))
 		(void)gdr_hooks_ask(
 			cfg.intercept); /* decides if it comes before libcuda is loaded */
-	c->cuda_ok = gdr_cuda_load() == 0;
+	c->cuda_ok = gdr_driver_load() == 0;
 	settings_sources(&c->set, attr ? attr->field_mask : 0);
 	if (c->cuda_ok)
 		gdr_derive_limits(&c->cfg, &c->set, gdr_cuda_devices());

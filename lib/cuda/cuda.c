@@ -17,7 +17,9 @@
 #include "common/log.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
-#include "intercept/hooks.h"
+
+/* The watch of the first gdr_cuda_load (set before its pthread_once), read by the borrows. */
+static const struct gdr_cuda_watch *watch;
 
 static struct {
 	int status; /* 0, or -ENODEV */
@@ -172,7 +174,8 @@ static void cuda_load(void)
 	 * patching another thread of the program may have loaded libcuda itself and called into it.
 	 * Only a process with no other thread is sure to have none inside it. Before cuInit: the
 	 * driver starts no thread of its own before it. libcuda stays loaded. */
-	gdr_hooks_install(h, fresh && only_thread());
+	if (watch && watch->loaded)
+		watch->loaded(h, fresh && only_thread());
 	rc = cu.init(0);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_warn("cuInit failed: %s (%d): GPU paths disabled", cu_err(rc), rc);
@@ -197,10 +200,14 @@ static void cuda_load_once(void)
 	pthread_setcancelstate(cancel, NULL);
 }
 
-int gdr_cuda_load(void)
+int gdr_cuda_load(const struct gdr_cuda_watch *w)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const struct gdr_cuda_watch *none = NULL;
 
+	if (w)
+		__atomic_compare_exchange_n(&watch, &none, w, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
 	pthread_once(&once, cuda_load_once);
 	return cu.status;
 }
@@ -338,11 +345,17 @@ struct borrow {
 	gdr_CUdevice dev;
 	bool pushed;    /* pushed over another device's context (else set on an empty thread) */
 	bool retained;  /* a reference of ours to give back */
-	uint64_t token; /* gdr_hooks_borrow_begin's, for the release */
+	uint64_t token; /* the watch's borrow_begin's, for the release */
 };
 
 /* The device's primary context, retained for the life of the process: only with a driver that
  * lacks cuDevicePrimaryCtxGetState / Release (the fake driver's older builds, pre-7.0 drivers). */
+static void own_release(uint64_t token)
+{
+	if (watch && watch->own_release)
+		watch->own_release(token);
+}
+
 static gdr_CUcontext primary_ctx_kept(gdr_CUdevice dev, int device)
 {
 	static gdr_CUcontext retained[64];
@@ -385,11 +398,12 @@ static int context_borrow(int device, struct borrow *b)
 	if (!cu.primary_get_state || !cu.primary_release) {
 		ctx = primary_ctx_kept(dev, device);
 	} else {
-		b->token = gdr_hooks_borrow_begin();
+		b->token = watch && watch->borrow_begin ? watch->borrow_begin() : 0;
 		if (cu.primary_get_state(dev, &flags, &active) == GDR_CUDA_SUCCESS && active &&
 		    cu.primary_retain(&ctx, dev) == GDR_CUDA_SUCCESS)
 			b->retained = true;
-		gdr_hooks_borrow_looked(b->retained);
+		if (watch && watch->borrow_looked)
+			watch->borrow_looked(b->retained);
 		if (!b->retained && !active) {
 			if (cur)
 				return 0; /* another's context exports: docs/FACTS.md, "Several GPUs" */
@@ -408,9 +422,9 @@ static int context_borrow(int device, struct borrow *b)
 	b->pushed = cur != NULL;
 	if ((b->pushed ? cu.ctx_push(ctx) : cu.ctx_set_current(ctx)) != GDR_CUDA_SUCCESS) {
 		if (b->retained) {
-			gdr_hooks_own_release(b->token);
+			own_release(b->token);
 			cu.primary_release(dev);
-			gdr_hooks_own_release(0);
+			own_release(0);
 		}
 		gdr_err("cannot make device %d's primary context current", device);
 		memset(b, 0, sizeof(*b));
@@ -432,9 +446,9 @@ static void context_return(struct borrow *b)
 	/* The exported entry point: if the application released its own reference meanwhile, this
 	 * one may be the last and free the context's memory; the hook tells (hooks.c, borrow_lock). */
 	if (b->retained) {
-		gdr_hooks_own_release(b->token);
+		own_release(b->token);
 		cu.primary_release(b->dev);
-		gdr_hooks_own_release(0);
+		own_release(0);
 	}
 	b->ctx = NULL;
 }
@@ -504,9 +518,11 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 	err = context_borrow(device, &b);
 	if (err)
 		return err;
-	gdr_hooks_own_export(true);
+	if (watch && watch->own_export)
+		watch->own_export(true);
 	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-	gdr_hooks_own_export(false);
+	if (watch && watch->own_export)
+		watch->own_export(false);
 	context_return(&b);
 	if (rc != GDR_CUDA_SUCCESS) {
 		/* INVALID_VALUE on a range the driver calls device memory: memory it will not export

@@ -18,8 +18,28 @@ struct gdr_ptr_info {
 	uint64_t map_start, map_size; /* MAPPING_*: the physical chunk holding it (0: unknown) */
 	bool pool;                    /* stream-ordered pool memory (MEMPOOL_HANDLE set) */
 };
-/* Load libcuda (once per process). 0, or -ENODEV (no driver, no entry point, cuInit failed). */
-int gdr_cuda_load(void);
+/* What the loader tells the layer that watches the driver (the interception: lib/intercept/ gives
+ * its own to gdr_cuda_load). The loader calls these and never names that layer. Every member may be
+ * NULL. */
+struct gdr_cuda_watch {
+	/* Once, between libcuda's dlopen and cuInit (the driver has started no thread of its own).
+	 * fresh: this load dlopened libcuda in a process with no other thread, so no thread can be
+	 * inside it. */
+	void (*loaded)(void *libcuda, bool fresh);
+	/* Around the loader's borrows of a primary context (gdr_cuda_context_borrow): _begin before it
+	 * looks at the context's state and retains it, returning a token; _looked after, with whether
+	 * it retained. own_release(token) around the borrow's release of its reference, then
+	 * own_release(0). */
+	uint64_t (*borrow_begin)(void);
+	void (*borrow_looked)(bool retained);
+	void (*own_release)(uint64_t token);
+	/* Around the loader's own dma-buf export: true before, false after. */
+	void (*own_export)(bool begin);
+};
+/* Load libcuda (once per process) under watch w: the first call's w is the one kept (callers all
+ * pass the interception's: intercept/hooks.h, gdr_driver_load). 0, or -ENODEV (no driver, no entry
+ * point, cuInit failed). */
+int gdr_cuda_load(const struct gdr_cuda_watch *w);
 /* One cuPointerGetAttributes query. 0 (mem_type 0 = unknown to CUDA), -ENODEV, -EIO. */
 int gdr_cuda_classify(uint64_t addr, struct gdr_ptr_info *info);
 /* MAPPING_BASE_ADDR / MAPPING_SIZE of addr: the physical chunk holding it. 0, -EIO, -ENODEV. */
@@ -58,7 +78,7 @@ GDR_HIDDEN int gdr_cuda_device_pci(int dev, char *pci, size_t n);
 GDR_HIDDEN uint64_t gdr_cuda_pci_bar1(const char *pci, char *path, size_t n);
 /* One device's BAR1 and memory (0: unknown) added to f (devices.c; apart for the tests). */
 GDR_HIDDEN void gdr_cuda_devices_add(struct gdr_cuda_devices *f, uint64_t bar1, uint64_t mem);
-/* libcuda's dlopen handle once gdr_cuda_load() succeeded, else NULL. */
+/* libcuda's dlopen handle once gdr_cuda_load succeeded, else NULL. */
 GDR_HIDDEN void *gdr_cuda_libcuda_handle(void);
 /* Make the device's primary context current on a thread that has none or another device's (an
  * opaque token for gdr_cuda_context_return; NULL with *err -ENXIO or -ENOMEM when it could not) /

@@ -54,7 +54,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/caches.h" /* gdr_caches_reg_waits, for gdr_intercept_get_stats only */
 #include "common/defs.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -553,6 +552,21 @@ void gdr_hooks_install(void *libcuda, bool fresh)
 		 fresh ? " (libcuda loaded by libgdrcache: no thread was inside it)" : "");
 }
 
+/* The interception as the driver loader's watch (cuda/cuda.h): the loader calls these and never
+ * names this layer. */
+static const struct gdr_cuda_watch hooks_watch = {
+	.loaded = gdr_hooks_install,
+	.borrow_begin = gdr_hooks_borrow_begin,
+	.borrow_looked = gdr_hooks_borrow_looked,
+	.own_release = gdr_hooks_own_release,
+	.own_export = gdr_hooks_own_export,
+};
+
+int gdr_driver_load(void)
+{
+	return gdr_cuda_load(&hooks_watch);
+}
+
 /* ---- The probe -----------------------------------------------------------------------------------
  * Proves, in the running process, that every route to every free entry point lands in a hook:
  * each required entry point libcuda has was patched; cuGetProcAddress, asked what the CUDA runtime
@@ -615,7 +629,7 @@ static void probe_once(void)
 	void *h, *fr = NULL, *fr2;
 	int rc, st = 0;
 
-	if (gdr_cuda_load() || !(h = gdr_cuda_libcuda_handle()))
+	if (gdr_driver_load() || !(h = gdr_cuda_libcuda_handle()))
 		return; /* "no CUDA driver" */
 	if (install_rc) {
 		probe_fail(install_rc, "%s", install_why);
@@ -677,25 +691,19 @@ int gdr_events_probe(const char **why)
 
 /* ---- Statistics ---------------------------------------------------------------------------------- */
 
-GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t size)
+void gdr_hooks_get_stats(struct gdr_intercept_stats *out)
 {
 	struct gdr_intercept_stats s;
 	const char *why;
-	int saved_errno;
+	int saved_errno = errno; /* dlopen, the probe's reads of /proc and mprotect */
 
-	if (!out || size < offsetof(struct gdr_intercept_stats, frees)) {
-		gdr_err("NULL or too small statistics buffer");
-		return -EINVAL;
-	}
-	saved_errno = errno; /* dlopen, the probe's reads of /proc and mprotect */
 	memset(&s, 0, sizeof(s));
-	s.state = gdr_cuda_load() ? -ENODEV : gdr_events_probe(&why);
+	s.state = gdr_driver_load() ? -ENODEV : gdr_events_probe(&why);
 	snprintf(s.reason, sizeof(s.reason), "%s", s.state == -ENODEV ? "no CUDA driver" : why);
 	for (int i = 0; i < GDR_FREE_ROUTES; i++)
 		s.frees[i] = __atomic_load_n(&hs.frees[i], __ATOMIC_RELAXED);
 	s.released = __atomic_load_n(&hs.released, __ATOMIC_RELAXED);
 	s.deferred = __atomic_load_n(&hs.deferred, __ATOMIC_RELAXED);
-	s.reg_waits = gdr_caches_reg_waits();
 	s.oom_relief = __atomic_load_n(&hs.oom_relief, __ATOMIC_RELAXED);
 	s.oom_retry_ok = __atomic_load_n(&hs.oom_retry_ok, __ATOMIC_RELAXED);
 	s.free_ns = __atomic_load_n(&hs.free_ns, __ATOMIC_RELAXED);
@@ -705,9 +713,8 @@ GDR_EXPORT int gdr_intercept_get_stats(struct gdr_intercept_stats *out, size_t s
 	s.threads_stopped = __atomic_load_n(&hs.threads_stopped, __ATOMIC_RELAXED);
 	s.threads_moved = __atomic_load_n(&hs.threads_moved, __ATOMIC_RELAXED);
 	s.stopped_ns = __atomic_load_n(&hs.stopped_ns, __ATOMIC_RELAXED);
-	memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+	*out = s;
 	errno = saved_errno;
-	return 0;
 }
 
 /* One line for GDRCACHE_STATS and logs. */

@@ -12,10 +12,17 @@
 
 #include "common/defs.h"
 
+struct gdr_intercept_stats;
+
 /* hooks.c */
-/* Patch libcuda's free and allocation entry points (once, from gdr_cuda_load). fresh: libcuda was
- * loaded by this call's caller, so no thread can be inside it. The outcome is what
- * gdr_events_probe() starts from. */
+/* Load the CUDA driver (cuda/cuda.h, gdr_cuda_load) with the interception as its watch: the hooks
+ * are installed between libcuda's dlopen and cuInit, and the loader's own context borrows and
+ * dma-buf exports are told apart from the application's. What every layer above calls instead of
+ * gdr_cuda_load. 0, or -ENODEV. */
+GDR_HIDDEN int gdr_driver_load(void);
+/* Patch libcuda's free and allocation entry points (once, the watch's loaded: from the first
+ * gdr_driver_load). fresh: libcuda was loaded by this call's caller, so no thread can be inside it.
+ * The outcome is what gdr_events_probe() starts from. */
 GDR_HIDDEN void gdr_hooks_install(void *libcuda, bool fresh);
 /* The interception's mode (enum gdr_intercept) asked by a cache's attribute, before libcuda is
  * loaded: it overrides GDRCACHE_INTERCEPT. 0, or -EALREADY (another mode was decided: libcuda was
@@ -25,7 +32,7 @@ GDR_HIDDEN int gdr_hooks_ask(int mode);
 GDR_HIDDEN int gdr_hooks_mode(void);
 /* Whether the free interception works in this process, proven once by a free (of an address no
  * allocation holds: no context needed) through each path a program may use to reach the driver.
- * 0, or -errno with *why (static text). Needs gdr_cuda_load() to have succeeded. Cached after the
+ * 0, or -errno with *why (static text). Needs gdr_driver_load() to have succeeded. Cached after the
  * first call. What a cache asks before it validates by events (a test may give a cache another:
  * cache/seams.h). */
 GDR_HIDDEN int gdr_events_probe(const char **why);
@@ -42,5 +49,9 @@ GDR_HIDDEN void gdr_hooks_own_release(uint64_t token);
 GDR_HIDDEN void gdr_hooks_own_export(bool on);
 /* One line of what the interception saw, for GDRCACHE_STATS. */
 GDR_HIDDEN void gdr_hooks_stats_line(char *buf, size_t n);
+
+/* The interception's statistics (include/gdrcache.h, gdr_intercept_get_stats), all but reg_waits: the
+ * caches' count, which the exported function (cache/apply.c) adds. errno is kept. */
+GDR_HIDDEN void gdr_hooks_get_stats(struct gdr_intercept_stats *out);
 
 #endif /* GDRCACHE_HOOKS_H */

@@ -225,7 +225,7 @@ GDR_EXPORT int gdr_mem_events_state(const char **why)
 {
 	GDR_KEEP_ERRNO();
 	const char *w = "no CUDA driver";
-	int rc = gdr_cuda_load() ? -ENODEV : gdr_events_probe(&w);
+	int rc = gdr_driver_load() ? -ENODEV : gdr_events_probe(&w);
 
 	if (why)
 		*why = rc ? w : "free events in effect";

@@ -15,6 +15,7 @@
 
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
+#include "intercept/hooks.h"
 #include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
@@ -30,7 +31,7 @@ static void test_classify(void **state)
 	uint64_t calls;
 
 	(void)state;
-	assert_int_equal(gdr_cuda_load(), 0);
+	assert_int_equal(gdr_driver_load(), 0);
 	calls = fake_cuda_calls("cuPointerGetAttributes");
 	assert_int_equal(gdr_cuda_classify(a + 12345, &pi), 0);
 	assert_int_equal(fake_cuda_calls("cuPointerGetAttributes") - calls, 1); /* one query */
@@ -150,7 +151,7 @@ int main(int argc, char **argv)
 		fake_verbs_install();
 		fake_cuda_set_init_error(GDR_CUDA_ERROR_NO_DEVICE);
 		/* No usable driver: GPU paths off, the cache still works for host memory. */
-		if (gdr_cuda_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
+		if (gdr_driver_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
 			return 1;
 		if (gdr_reg(c, FAKE_PD, buf, sizeof(buf), 0, &r) || gdr_dereg(r))
 			return 2;
@@ -164,7 +165,7 @@ int main(int argc, char **argv)
 		fake_verbs_install();
 		fake_cuda_set_driver_version(11020); /* 11.2: cuGetProcAddress answers, too old */
 		va = fake_cuda_alloc(4096);
-		if (gdr_cuda_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
+		if (gdr_driver_load() != -ENODEV || fake_cache_create(NULL, NULL, &c))
 			return 1;
 		/* GPU memory is not known for what it is: with no PD, nothing to register */
 		if (gdr_reg(c, NULL, (void *)(uintptr_t)va, 4096, 0, &r) != -ENODEV)

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "cuda/cuda.h"
+#include "intercept/hooks.h"
 #include "fakes.h"
 
 static void test_host_paths_work(void **state)
@@ -20,7 +21,7 @@ static void test_host_paths_work(void **state)
 	char *buf = malloc(4096);
 
 	(void)state;
-	assert_int_equal(gdr_cuda_load(), -ENODEV);
+	assert_int_equal(gdr_driver_load(), -ENODEV);
 	assert_int_equal(fake_cache_create(NULL, NULL, &c), 0);
 	assert_int_equal(gdr_cache_backend(c, &be), 0);
 	assert_int_equal(be, GDR_BACKEND_PEERMEM);   /* no kmod device, no CUDA for dma-buf */
