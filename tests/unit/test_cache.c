@@ -13,6 +13,7 @@
 
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 #define KiB 1024ULL
@@ -25,8 +26,10 @@ static struct gdr_cache *make(uint64_t mask, uint64_t max_bytes, uint64_t max_en
 	/* Mode tag: these tests free through the fake's control calls, which no hook sees (the
 	 * interception is test_intercept's and tests/events'). */
 	struct gdr_cache_attr a = { .field_mask = mask | GDR_CACHE_ATTR_VALIDATE,
-				    .max_bytes = max_bytes, .max_entries = max_entries,
-				    .max_pin_bytes = max_pin, .validate = GDR_VALIDATE_TAG };
+				    .max_bytes = max_bytes,
+				    .max_entries = max_entries,
+				    .max_pin_bytes = max_pin,
+				    .validate = GDR_VALIDATE_TAG };
 	struct gdr_cache *c = NULL;
 
 	assert_int_equal(fake_cache_create(&a, &fake_backend_ops, &c), 0);
@@ -44,23 +47,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	/* Nothing pinned, registered or exported is left behind by any test. */
-	assert_int_equal(fake_be.outstanding, 0);
-	assert_int_equal(fake_verbs.outstanding, 0);
-	assert_int_equal(fake_be.double_pinned_now, 0);
-	assert_int_equal(fake_be.bad_pins, 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static struct gdr_region *reg(uint64_t a, uint64_t len)
@@ -119,8 +112,8 @@ static void test_va_reuse_is_stale(void **state)
 	fake_cuda_free(a);
 	b = fake_cuda_alloc(4 * MiB);
 	/* docs/FACTS.md, "Address reuse": */
-	assert_int_equal(b, a);                       /* same VA ... */
-	assert_true(fake_cuda_buffer_id(b) > ida);    /* ... new, larger BUFFER_ID */
+	assert_int_equal(b, a);                    /* same VA ... */
+	assert_true(fake_cuda_buffer_id(b) > ida); /* ... new, larger BUFFER_ID */
 	r = reg(b, 4 * MiB);
 	check_region(r, b, 4 * MiB);
 	assert_int_equal(stats().stale, 1);
@@ -179,8 +172,8 @@ static void test_small_allocations_share_a_page(void **state)
 	check_region(r2, a2, 4096);
 	gdr_region_range(r1, &b1, &l1);
 	gdr_region_range(r2, &b2, &l2);
-	assert_int_equal(b1, b2);               /* one pin serves both ... */
-	assert_int_equal(stats().pins, 1);      /* ... and the page is pinned once */
+	assert_int_equal(b1, b2);          /* one pin serves both ... */
+	assert_int_equal(stats().pins, 1); /* ... and the page is pinned once */
 	assert_int_equal(fake_be.double_pinned_now, 0);
 	assert_int_equal(gdr_dereg(r1), 0);
 	assert_int_equal(gdr_dereg(r2), 0);
@@ -389,7 +382,7 @@ static void test_host_passthrough(void **state)
 	assert_ptr_equal(mr->addr, buf);
 	assert_int_equal(gdr_reg(cache, FAKE_PD, pinned, 8192, 1, &r2), 0); /* cuMemAllocHost */
 	assert_int_equal(stats().passthrough, 2);
-	assert_int_equal(fake_be.pins, 0);   /* host memory is not cached */
+	assert_int_equal(fake_be.pins, 0); /* host memory is not cached */
 	assert_int_equal(gdr_dereg(r), 0);
 	assert_int_equal(gdr_reg(cache, NULL, buf, 8192, 1, &r), -EINVAL); /* nothing to make */
 	assert_int_equal(gdr_dereg(r2), 0);
@@ -600,33 +593,38 @@ static void test_remote_access_mr_is_exact(void **state)
 
 	(void)state;
 	/* remote access: exactly [a + 8192, +4096) */
-	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r), 0);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r),
+			 0);
 	mr_bounds(r, &base, &len);
 	assert_int_equal(base, a + 8192);
 	assert_int_equal(len, 4096);
 	assert_int_equal(gdr_region_keys(r, &lk, NULL), 0);
 	regs0 = fake_verbs.regs;
 	/* the same range again: a hit on the same MR, no NIC registration */
-	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r2), 0);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, REMOTE, &r2),
+			 0);
 	assert_int_equal(gdr_region_keys(r2, &lk2, NULL), 0);
 	assert_int_equal(lk2, lk);
 	assert_int_equal(fake_verbs.regs, regs0);
 	assert_int_equal(gdr_dereg(r2), 0);
 	/* a sub-range is not served by the wider exact MR: its own */
-	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 100, REMOTE, &r2), 0);
+	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 100, REMOTE, &r2),
+			 0);
 	mr_bounds(r2, &base, &len);
 	assert_int_equal(base, a + 8192);
 	assert_int_equal(len, 100);
 	assert_int_equal(gdr_dereg(r2), 0);
 	/* local access: the pin-wide MR */
 	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
-				 IBV_ACCESS_LOCAL_WRITE, &l), 0);
+				 IBV_ACCESS_LOCAL_WRITE, &l),
+			 0);
 	mr_bounds(l, &base, &len);
 	assert_int_equal(base, a);
 	assert_int_equal(len, 1 * MiB);
 	/* the wide MR on request */
 	assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
-				 REMOTE | GDR_ACCESS_WIDE_MR, &w), 0);
+				 REMOTE | GDR_ACCESS_WIDE_MR, &w),
+			 0);
 	mr_bounds(w, &base, &len);
 	assert_int_equal(base, a);
 	assert_int_equal(len, 1 * MiB);
@@ -637,7 +635,8 @@ static void test_remote_access_mr_is_exact(void **state)
 	held = r;
 	for (uint64_t i = 0; i < GDR_EXACT_PER_ENTRY + 4; i++) {
 		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 65536 + i * 256),
-					 256, REMOTE, &r2), 0);
+					 256, REMOTE, &r2),
+				 0);
 		mr_bounds(r2, &base, &len);
 		assert_int_equal(base, a + 65536 + i * 256);
 		assert_int_equal(len, 256);
@@ -710,13 +709,15 @@ static void test_zero_based_and_flush_mr_are_exact(void **state)
 		struct gdr_region *r, *r2, *again;
 		uint32_t k, k2, kagain;
 
-		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, acc[i],
-					 &r), 0);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
+					 acc[i], &r),
+				 0);
 		mr_bounds(r, &base, &len);
 		assert_int_equal(base, a + 8192);
 		assert_int_equal(len, 4096);
-		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 65536), 8192, acc[i],
-					 &r2), 0);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 65536), 8192,
+					 acc[i], &r2),
+				 0);
 		mr_bounds(r2, &base, &len);
 		assert_int_equal(base, a + 65536);
 		assert_int_equal(len, 8192);
@@ -724,8 +725,9 @@ static void test_zero_based_and_flush_mr_are_exact(void **state)
 		assert_int_equal(gdr_region_keys(r2, &k2, NULL), 0);
 		assert_int_not_equal(k, k2);
 		/* the same range and access again: a hit on its own MR */
-		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096, acc[i],
-					 &again), 0);
+		assert_int_equal(gdr_reg(cache, FAKE_PD, (void *)(uintptr_t)(a + 8192), 4096,
+					 acc[i], &again),
+				 0);
 		assert_int_equal(gdr_region_keys(again, &kagain, NULL), 0);
 		assert_int_equal(kagain, k);
 		assert_int_equal(gdr_dereg(again), 0);
@@ -740,24 +742,29 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hit_after_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remote_access_mr_is_exact, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_zero_based_and_flush_mr_are_exact, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_zero_based_and_flush_mr_are_exact, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_tensors_of_one_allocation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_va_reuse_is_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_freed_buffer_not_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_stale_entry_detached, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_small_allocations_share_a_page, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_small_allocations_share_a_page, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_cap_and_merge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lru_bytes_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lru_entries_limit_and_refs, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_pin_enomem_evicts_and_retries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_enomem_evicts_and_retries, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pin_other_error_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nic_registration, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_managed_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_passthrough, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cached_only, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_sync_memops_once_per_allocation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sync_memops_once_per_allocation, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_vmm, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_vmm_from_thread_without_context, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_vmm_from_thread_without_context, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_mixed_range_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cuda_query_failure, setup, teardown),
 	};

@@ -24,6 +24,7 @@
 #include "cuda/cuda_abi.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 #define KiB 1024ULL
@@ -56,22 +57,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_be.outstanding, 0);
-	assert_int_equal(fake_verbs.outstanding, 0);
-	assert_int_equal(fake_be.double_pinned_now, 0);
-	assert_int_equal(fake_be.bad_pins, 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static int try_reg(struct ibv_pd *pd, uint64_t a, uint64_t len, struct gdr_region **r)
@@ -336,15 +328,17 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_vmm_unmapped_then_mapped, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_vmm_mapped_then_unmapped_with_pd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_vmm_mapped_then_unmapped_with_pd, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_then_device, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_two_gpus, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_managed_never_cached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_host, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sync_memops_failure, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_vmm_from_other_device_context, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_vmm_other_device_context_primary_inactive, setup,
+		cmocka_unit_test_setup_teardown(test_vmm_from_other_device_context, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_vmm_other_device_context_primary_inactive,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validation_when_probe_fails, setup, teardown),
 	};
 

@@ -25,6 +25,7 @@
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define KiB 1024ULL
 #define MiB (1024ULL * 1024)
@@ -40,7 +41,8 @@ static struct gdr_cache *cache;
 static struct gdr_cache *make(int validate, uint64_t max_bytes)
 {
 	struct gdr_cache_attr a = { .field_mask = GDR_CACHE_ATTR_BACKEND | GDR_CACHE_ATTR_VALIDATE,
-				    .backend = GDR_BACKEND_DMABUF, .validate = validate };
+				    .backend = GDR_BACKEND_DMABUF,
+				    .validate = validate };
 	struct gdr_cache *c = NULL;
 
 	if (max_bytes) {
@@ -78,19 +80,13 @@ static int setup_events_small(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_cuda_open_dmabufs(), 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static struct gdr_region *reg(uint64_t a, size_t n)

@@ -24,6 +24,7 @@
 #include "shard.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 
@@ -58,20 +59,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_be.outstanding, 0);
-	assert_int_equal(fake_verbs.outstanding, 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static struct gdr_region *reg_pd(struct ibv_pd *pd, uint64_t a, uint64_t len)
@@ -361,7 +355,8 @@ static void late_producer(int where, uint64_t n)
 		assert_int_equal(gdr_dereg(reg(late.b, 4096)), 0);
 		while (gdr_events_head() < n + GDR_EVENTS_RING)
 			gdr_events_push_kind(GDR_EV_ALLOC, 0x6000000000ull, 4096);
-		late.tokq = gdr_events_free_begin(late.b, 0); /* as the free hook: announce, publish, */
+		late.tokq =
+			gdr_events_free_begin(late.b, 0); /* as the free hook: announce, publish, */
 		gdr_events_push(late.b, 0);
 	} else {
 		/* Event n written, not yet published: the free's hook applies the events now. */
@@ -1093,7 +1088,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tag_hit_is_lock_free_but_queries, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_free_ending_while_miss_classifies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_ending_while_miss_classifies, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_event_drops_entry_before_next_hit, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unevented_free_is_missed_in_events_mode, setup,
@@ -1101,7 +1097,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_event_range_and_context_destroy, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_lost_events_drop_everything, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_late_producer_of_an_earlier_lap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_producer_of_an_earlier_lap, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_mode_choice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_release_on_another_thread_and_double_dereg,
 						setup, teardown),

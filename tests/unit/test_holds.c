@@ -42,6 +42,7 @@
 #include "deadline.h"
 #include "shard.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 
@@ -98,20 +99,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_be.outstanding, 0);
-	assert_int_equal(fake_verbs.outstanding, 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static struct gdr_region *reg_pd(struct ibv_pd *pd, int access, uint64_t a)

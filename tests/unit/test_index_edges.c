@@ -19,11 +19,12 @@
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
-#define LW 1     /* IBV_ACCESS_LOCAL_WRITE */
-#define RW 2     /* IBV_ACCESS_REMOTE_WRITE */
-#define RR 4     /* IBV_ACCESS_REMOTE_READ */
+#define LW 1 /* IBV_ACCESS_LOCAL_WRITE */
+#define RW 2 /* IBV_ACCESS_REMOTE_WRITE */
+#define RR 4 /* IBV_ACCESS_REMOTE_READ */
 
 static struct gdr_cache *cache;
 
@@ -49,20 +50,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_be.outstanding, 0);
-	assert_int_equal(fake_verbs.outstanding, 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static void free_evented(uint64_t a)
@@ -155,11 +149,12 @@ static void check_index(void)
 					if (h->v[j] == w)
 						found = j;
 				if (found == UINT64_MAX)
-					print_message("record %u [%#llx,+%#llx) lvl %u granule %#llx: "
-						      "no slot\n",
-						      gdr_rec_slot(r), (unsigned long long)r->start,
-						      (unsigned long long)r->size, k,
-						      (unsigned long long)g);
+					print_message(
+						"record %u [%#llx,+%#llx) lvl %u granule %#llx: "
+						"no slot\n",
+						gdr_rec_slot(r), (unsigned long long)r->start,
+						(unsigned long long)r->size, k,
+						(unsigned long long)g);
 				assert_true(found != UINT64_MAX);
 				assert_int_equal(count_word(h, w), 1);
 				assert_true(in_run(h, key, found));
@@ -196,11 +191,12 @@ static void assert_serves(const struct gdr_region *r, struct ibv_pd *pd, int acc
 
 	assert_non_null(r);
 	if (r->pd != pd || r->access != racc || !!r->exact != exact)
-		print_message("asked pd %p access %#x [%#llx,+%llu): got record %u pd %p access %#x "
-			      "exact %d [%#llx,+%llu)\n",
-			      (void *)pd, access, (unsigned long long)a, (unsigned long long)len,
-			      gdr_rec_slot(r), (void *)r->pd, r->access, r->exact,
-			      (unsigned long long)r->start, (unsigned long long)r->size);
+		print_message(
+			"asked pd %p access %#x [%#llx,+%llu): got record %u pd %p access %#x "
+			"exact %d [%#llx,+%llu)\n",
+			(void *)pd, access, (unsigned long long)a, (unsigned long long)len,
+			gdr_rec_slot(r), (void *)r->pd, r->access, r->exact,
+			(unsigned long long)r->start, (unsigned long long)r->size);
 	assert_ptr_equal(r->pd, pd);
 	assert_int_equal(r->access, racc);
 	assert_int_equal(!!r->exact, exact);
@@ -260,19 +256,24 @@ static void test_many_pds_and_modes(void **state)
 				for (int q = 0; q < NA; q++) {
 					/* two ranges: the first 512 bytes, and the last half */
 					uint64_t a0 = va[i], l0 = 512;
-					uint64_t a1 = va[i] + sizes[i] / 2, l1 = sizes[i] - sizes[i] / 2;
+					uint64_t a1 = va[i] + sizes[i] / 2,
+						 l1 = sizes[i] - sizes[i] / 2;
 
 					uint64_t f0 = stats().fast_hits, f1;
 
-					assert_int_equal(gdr_dereg(reg_acc(pds[p], acc[q], a0, l0)), 0);
+					assert_int_equal(gdr_dereg(reg_acc(pds[p], acc[q], a0, l0)),
+							 0);
 					f1 = stats().fast_hits;
-					assert_int_equal(gdr_dereg(reg_acc(pds[p], acc[q], a1, l1)), 0);
-					if (round > 1 && (f1 != f0 + 1 || stats().fast_hits != f1 + 1))
-						print_message("round %d size %llu pd %d access %#x: "
-							      "not lock-free: %d %d\n", round,
-							      (unsigned long long)sizes[i], p, acc[q],
-							      (int)(f1 - f0),
-							      (int)(stats().fast_hits - f1));
+					assert_int_equal(gdr_dereg(reg_acc(pds[p], acc[q], a1, l1)),
+							 0);
+					if (round > 1 &&
+					    (f1 != f0 + 1 || stats().fast_hits != f1 + 1))
+						print_message(
+							"round %d size %llu pd %d access %#x: "
+							"not lock-free: %d %d\n",
+							round, (unsigned long long)sizes[i], p,
+							acc[q], (int)(f1 - f0),
+							(int)(stats().fast_hits - f1));
 					n += round > 1 ? 2 : 0;
 				}
 	}
@@ -438,7 +439,7 @@ static void test_tag_mode_exact_across_neighbours(void **state)
 	cache = NULL;
 	assert_int_equal(fake_cache_create(&at, &fake_backend_ops, &cache), 0);
 	assert_int_equal(b, a + 10 * MiB); /* own chunks, fresh VA (a size no other test uses) */
-	for (int i = 0; i < 2; i++) { /* the second a lock-free hit */
+	for (int i = 0; i < 2; i++) {      /* the second a lock-free hit */
 		r = reg_acc(FAKE_PD, LW | RR, x, len);
 		assert_true(fake_backend_pin_current(r, x, len));
 		assert_int_equal(gdr_dereg(r), 0);
@@ -547,7 +548,8 @@ static void test_growth_and_churn(void **state)
 		misses = stats().misses;
 		for (int i = 0; i < N; i++) {
 			struct ibv_pd *pd = i % 2 ? FAKE_PD : NULL;
-			struct gdr_region *r = reg_acc(pd, pd ? LW : 0, va[i] + sz[i] / 2, sz[i] / 2);
+			struct gdr_region *r =
+				reg_acc(pd, pd ? LW : 0, va[i] + sz[i] / 2, sz[i] / 2);
 
 			assert_int_equal(r->buffer_id, fake_cuda_buffer_id(va[i]));
 			assert_int_equal(gdr_dereg(r), 0);
@@ -677,8 +679,8 @@ static void test_requests_no_record_serves(void **state)
 	}
 	/* addresses near the top of the address space: no record, no crash */
 	for (int i = 0; i < 4; i++) {
-		static const uint64_t top[] = { (1ULL << 47) - 4096, (1ULL << 47), UINT64_MAX - 4095,
-						UINT64_MAX };
+		static const uint64_t top[] = { (1ULL << 47) - 4096, (1ULL << 47),
+						UINT64_MAX - 4095, UINT64_MAX };
 		rc = gdr_reg(cache, NULL, (void *)(uintptr_t)top[i], 1, GDR_REG_CACHED_ONLY, &r);
 		assert_true(rc == -ENOENT || (rc == -EINVAL && top[i] == UINT64_MAX));
 	}

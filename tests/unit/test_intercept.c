@@ -37,6 +37,7 @@
 #include "deadline.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 
@@ -86,10 +87,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	fake_cuda_set_enter_hook(NULL, NULL);
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_be.outstanding, 0);
+	fixture_end(&cache);
 	return 0;
 }
 

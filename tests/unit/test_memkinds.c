@@ -26,6 +26,7 @@
 #include "intercept/events.h"
 #include "fake_cuda.h"
 #include "fakes.h"
+#include "fixture.h"
 
 #define MiB (1024ULL * 1024)
 #define CHUNK FAKE_CUDA_POOL_CHUNK_SIZE
@@ -64,19 +65,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (cache)
-		assert_int_equal(gdr_cache_destroy(cache), 0);
-	cache = NULL;
-	assert_int_equal(fake_cuda_open_dmabufs(), 0);
+	fixture_end(&cache);
 	return 0;
 }
 
 static struct gdr_cache_stats stats(void)
 {
-	struct gdr_cache_stats s;
-
-	assert_int_equal(gdr_cache_get_stats(cache, &s), 0);
-	return s;
+	return fixture_stats(cache);
 }
 
 static struct gdr_region *reg(uint64_t a, size_t n)
