@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The registrations 2026's stacks make, timed (issue 36), on the real CUDA driver over the fake
- * libibverbs of tests/preload (the GPU machines have no NIC): bench/run-h100-dmabuf.sh runs it
+ * libibverbs of tests/preload (the GPU machines have no NIC): bench/run-gpu.sh dmabuf runs it
  * with LD_PRELOAD=libgdrcache-preload.so and without, side by side.
  *   nccl  NCCL's registration of a buffer (src/transport/net_ib): cuMemGetHandleForAddressRange
  *         (DMA_BUF_FD) of its pages, ibv_reg_dmabuf_mr(offset, iova = its address, a fresh fd),
@@ -19,7 +19,7 @@
  *   free  (not timed) a cached dma-buf MR's memory freed and allocated again: the old dma-buf,
  *         still open, passes through; the new memory's is cached. Under the preload only.
  * Usage: bench_dmabuf nccl [ROUNDS] | sub [K] | free   (default 200 rounds, 1000 tensors); one a
- * process, so that GDRCACHE_STATS=1 tells each one's pins.
+ * process, so that GDRCACHE_STATS=1 tells each one's pins. Needs a GPU; exits 77 without one.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -267,8 +267,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (hc_load(why, sizeof(why))) {
-		printf("bench_dmabuf: %s\n", why);
-		return 1;
+		printf("bench_dmabuf: %s: nothing to measure\n", why);
+		return 77;
 	}
 	bench_cpu_model(cpu, sizeof(cpu));
 	printf("machine: %s, CUDA %d, driver %s; CPU %s\n", hc.gpu, hc.cuda_version, hc.driver,

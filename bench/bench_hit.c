@@ -3,7 +3,7 @@
  * Cache hits side by side, in one run, on the machine it runs on (it names it): libgdrcache in
  * events mode and in tag mode, the "check BUFFER_ID on every hit" baseline and UCX's ucs_rcache,
  * all pinning through the same callbacks (hit_sys.h); and, run under LD_PRELOAD over the fake
- * libibverbs (bench/run-gpu-preload.sh hits), ibv_reg_mr / ibv_dereg_mr of a PD through
+ * libibverbs (bench/run-gpu.sh preload-hits), ibv_reg_mr / ibv_dereg_mr of a PD through
  * libgdrcache-preload.so (the preload column: not in the traces, its cache is gdr-events').
  *
  *   latency     one thread: ns per registration + release of a cached 4 KiB range: the same
@@ -62,12 +62,10 @@
 #include "hit_cuda.h"
 #include "machine.h"
 #include "hit_sys.h"
+#include "hit_pattern.h"
+#include "hit_report.h"
 
-#define KiB (1ULL << 10)
-#define MiB (1ULL << 20)
 #define MAX_THREADS 64
-#define HIT_LEN 4096
-#define BUF_SIZE MiB
 
 static double now(void)
 {
@@ -77,28 +75,6 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* ---- machine and output ------------------------------------------------------------------- */
-
-static char cpu_model[128] = "?";
-static long ncpu;
-static FILE *csv;
-
-static void machine(void)
-{
-	bench_cpu_model(cpu_model, sizeof(cpu_model));
-	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-}
-
-/* One CSV row: the machine, then what was measured. */
-static void row(const char *metric, const char *system, const char *trace, int threads,
-		const char *buffers, double value, const char *unit)
-{
-	if (!csv)
-		return;
-	fprintf(csv, "\"%s\",%s,%d,%ld,%s,%s,%s,%d,%s,%.6g,%s\n", hc.gpu, hc.driver, hc.cuda_version,
-		ncpu, metric, system, trace ? trace : "", threads, buffers ? buffers : "", value,
-		unit);
-}
 
 /* ---- buffer sets for random hits ----------------------------------------------------------- */
 
@@ -385,420 +361,6 @@ static double median(double *v, int n)
 	return n ? v[n / 2] : 0;
 }
 
-/* ---- traces ------------------------------------------------------------------------------- */
-
-enum { OP_ALLOC, OP_FREE, OP_REG };
-
-struct op {
-	uint32_t kind, slot;
-	uint64_t a, b; /* ALLOC: size; REG: offset, length */
-};
-
-struct trace {
-	const char *name;
-	const char *what;
-	struct op *ops;
-	size_t n, cap;
-	uint32_t nslots;
-	struct sys_limits lim;
-};
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
-static double rndu(void)
-{
-	return (double)(rnd() >> 11) / 9007199254740992.0;
-}
-
-static void emit(struct trace *t, uint32_t kind, uint32_t slot, uint64_t a, uint64_t b)
-{
-	if (t->n == t->cap) {
-		t->cap = t->cap ? 2 * t->cap : 4096;
-		t->ops = realloc(t->ops, t->cap * sizeof(*t->ops));
-		if (!t->ops) {
-			perror("realloc");
-			exit(1);
-		}
-	}
-	t->ops[t->n++] = (struct op){ kind, slot, a, b };
-	if (slot + 1 > t->nslots)
-		t->nslots = slot + 1;
-}
-
-/* A caching allocator (PyTorch-like) over the driver: tensors take a free cached block of their
- * size or a new one; freed tensors go back to the cache; empty_cache() every 20 steps, and the
- * cache past 256 MiB, free blocks to the driver. Every tensor is registered whole, half of them
- * also by a 64 KiB-aligned slice (a gradient bucket). */
-static void gen_alloc_loop(struct trace *t, int steps)
-{
-	static const uint64_t pattern[] = { 64 * KiB, 256 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB,
-					    MiB, 512 * KiB, 16 * MiB, 2 * MiB, 128 * KiB, 4 * MiB };
-	enum { NP = sizeof(pattern) / sizeof(pattern[0]), MAXB = 4096 };
-	struct { uint32_t slot; uint64_t size; int in_use; } blk[MAXB];
-	uint32_t nb = 0, next_slot = 0;
-	uint64_t cached = 0;
-
-	t->name = "alloc-loop";
-	t->what = "caching allocator: block reuse, empty_cache every 20 steps, realloc at same VA";
-	t->lim = (struct sys_limits){ 512 * MiB, 4096 };
-	for (int s = 0; s < steps; s++) {
-		uint32_t live[NP + 1];
-		int nlive = 0;
-
-		for (int i = 0; i <= NP; i++) {
-			uint64_t size;
-			uint32_t b;
-
-			if (i == NP) { /* one tensor of an odd size, one step in ten */
-				if (rnd() % 10)
-					continue;
-				size = 64 * KiB * (1 + rnd() % 64);
-			} else {
-				size = pattern[i];
-			}
-			for (b = 0; b < nb; b++)
-				if (!blk[b].in_use && blk[b].size == size)
-					break;
-			if (b == nb) {
-				if (nb == MAXB)
-					break;
-				blk[nb] = (typeof(blk[0])){ next_slot++, size, 0 };
-				emit(t, OP_ALLOC, blk[nb].slot, size, 0);
-				cached += size;
-				nb++;
-			}
-			blk[b].in_use = 1;
-			live[nlive++] = b;
-			emit(t, OP_REG, blk[b].slot, 0, size);
-			if (rnd() & 1) {
-				uint64_t off = (rnd() % (size / (64 * KiB))) * 64 * KiB;
-
-				emit(t, OP_REG, blk[b].slot, off, size - off < MiB ? size - off : MiB);
-			}
-		}
-		for (int i = 0; i < nlive; i++)
-			blk[live[i]].in_use = 0;
-		if ((s + 1) % 20 == 0 || cached > 256 * MiB) {
-			uint32_t k = 0;
-
-			for (uint32_t b = 0; b < nb; b++) {
-				if (blk[b].in_use) {
-					blk[k++] = blk[b];
-					continue;
-				}
-				emit(t, OP_FREE, blk[b].slot, 0, 0);
-				cached -= blk[b].size;
-			}
-			nb = k;
-		}
-	}
-	for (uint32_t b = 0; b < nb; b++)
-		emit(t, OP_FREE, blk[b].slot, 0, 0);
-}
-
-/* A 3-D halo exchange, N = 256 doubles a side, ghost width 4: faces 512 KiB, edges 32 KiB,
- * corners 512 B. Fields 0-1: one send and one receive buffer per neighbour; fields 2-3: one
- * packed send and one packed receive buffer, neighbours registered by offset. Every 50 iterations
- * field 1's receive buffers and field 3's packed buffers are freed and allocated again. */
-static void gen_halo(struct trace *t, int iters)
-{
-	enum { F = 4, NB = 26 };
-	uint64_t sz[NB], packed = 0, off[NB];
-	uint32_t slot[F][2][NB];
-	uint32_t next = 0;
-
-	t->name = "halo";
-	t->what = "MPI halo exchange: 4 fields x 26 neighbours x send/recv, packed and separate";
-	t->lim = (struct sys_limits){ 512 * MiB, 4096 };
-	for (int n = 0; n < NB; n++) {
-		sz[n] = n < 6 ? 512 * KiB : n < 18 ? 32 * KiB : 512;
-		off[n] = packed;
-		packed += sz[n];
-	}
-	for (int f = 0; f < F; f++)
-		for (int d = 0; d < 2; d++) {
-			if (f < 2) {
-				for (int n = 0; n < NB; n++) {
-					slot[f][d][n] = next++;
-					emit(t, OP_ALLOC, slot[f][d][n], sz[n], 0);
-				}
-			} else {
-				slot[f][d][0] = next++;
-				emit(t, OP_ALLOC, slot[f][d][0], packed, 0);
-			}
-		}
-	for (int it = 0; it < iters; it++) {
-		if (it && it % 50 == 0) {
-			for (int n = 0; n < NB; n++) {
-				emit(t, OP_FREE, slot[1][1][n], 0, 0);
-				emit(t, OP_ALLOC, slot[1][1][n], sz[n], 0);
-			}
-			for (int d = 0; d < 2; d++) {
-				emit(t, OP_FREE, slot[3][d][0], 0, 0);
-				emit(t, OP_ALLOC, slot[3][d][0], packed, 0);
-			}
-		}
-		for (int f = 0; f < F; f++)
-			for (int d = 0; d < 2; d++)
-				for (int n = 0; n < NB; n++) {
-					if (f < 2)
-						emit(t, OP_REG, slot[f][d][n], 0, sz[n]);
-					else
-						emit(t, OP_REG, slot[f][d][0], off[n], sz[n]);
-				}
-	}
-	for (uint32_t s = 0; s < next; s++)
-		emit(t, OP_FREE, s, 0, 0);
-}
-
-/* 48 live buffers of 64 KiB x 2^(0..9) (about 250 MiB live, 4 x the 64 MiB cache limit);
- * registrations of random 4 KiB-aligned sub-ranges, buffers picked with a skew (u^2); 8% of the
- * operations free a buffer and allocate another of a new size in its place. */
-static void gen_churn(struct trace *t, int nops)
-{
-	enum { L = 48 };
-	uint64_t size[L];
-
-	t->name = "churn";
-	t->what = "random sizes and sub-ranges, frees and new allocations, live set 4x the limit";
-	t->lim = (struct sys_limits){ 64 * MiB, 1024 };
-	for (int s = 0; s < L; s++) {
-		size[s] = 64 * KiB << (rnd() % 10);
-		emit(t, OP_ALLOC, s, size[s], 0);
-	}
-	for (int i = 0; i < nops; i++) {
-		double u = rndu();
-		uint32_t s = (uint32_t)(L * u * u);
-
-		if (rnd() % 100 < 8) {
-			emit(t, OP_FREE, s, 0, 0);
-			size[s] = 64 * KiB << (rnd() % 10);
-			emit(t, OP_ALLOC, s, size[s], 0);
-		} else {
-			uint64_t off = (rnd() % (size[s] / (4 * KiB))) * 4 * KiB;
-			uint64_t len = 4 * KiB << (rnd() % 9);
-
-			if (len > size[s] - off)
-				len = size[s] - off;
-			emit(t, OP_REG, s, off, len);
-		}
-	}
-	for (uint32_t s = 0; s < L; s++)
-		emit(t, OP_FREE, s, 0, 0);
-}
-
-/* 256 live allocations of 512 B to 64 MiB (log-uniform: small ones share pages, large ones are
- * their own chunks; about 1.4 GiB live, 5-6 x the 256 MiB limit); registrations whole (a third) or
- * of a random 4 KiB-aligned sub-range, allocations picked with a skew (u^2); 5% of the operations
- * free one and allocate another of a new size in its place. */
-static void gen_size_mix(struct trace *t, int nops)
-{
-	enum { L = 256 };
-	uint64_t size[L];
-
-	t->name = "size-mix";
-	t->what = "allocations of 512 B to 64 MiB, whole and sub-range registrations, frees";
-	t->lim = (struct sys_limits){ 256 * MiB, 4096 };
-	for (int s = 0; s < L; s++) {
-		size[s] = (uint64_t)(512.0 * pow(2.0, 17.0 * rndu()));
-		emit(t, OP_ALLOC, s, size[s], 0);
-	}
-	for (int i = 0; i < nops; i++) {
-		double u = rndu();
-		uint32_t s = (uint32_t)(L * u * u);
-
-		if (rnd() % 100 < 5) {
-			emit(t, OP_FREE, s, 0, 0);
-			size[s] = (uint64_t)(512.0 * pow(2.0, 17.0 * rndu()));
-			emit(t, OP_ALLOC, s, size[s], 0);
-		} else if (rnd() % 3 == 0 || size[s] <= 4 * KiB) {
-			emit(t, OP_REG, s, 0, size[s]);
-		} else {
-			uint64_t off = (rnd() % (size[s] / (4 * KiB))) * 4 * KiB;
-			uint64_t len = 4 * KiB << (rnd() % 10);
-
-			if (len > size[s] - off)
-				len = size[s] - off;
-			emit(t, OP_REG, s, off, len);
-		}
-	}
-	for (uint32_t s = 0; s < L; s++)
-		emit(t, OP_FREE, s, 0, 0);
-}
-
-/* PyTorch's caching allocator (CUDACachingAllocator, simplified): requests up to 1 MiB are carved
- * from 2 MiB segments, up to 10 MiB from 20 MiB segments, larger ones get a segment of their own
- * rounded up to 2 MiB; freed blocks go back to the pool (merged with free neighbours), and only
- * empty_cache() gives whole free segments back to the driver. A training loop over a 24-layer
- * model: each step's forward pass allocates every layer's activations (sizes scaled by the step's
- * sequence length, one of three) and registers each (a pipeline stage sending them, or saving them
- * for a remote backward), the backward pass frees them in reverse; empty_cache() every 25 steps.
- * About 4.4 GiB of activations a step: more than the old fixed default of 4 GiB. Limits: the
- * library's defaults (what a job gets); the others unbounded. */
-struct pt_block { uint32_t seg; uint64_t off, size; int used; };
-struct pt_alloc {
-	struct trace *t;
-	struct pt_block *b;
-	uint32_t nb, cap, nseg;
-	uint64_t *seg_size;
-	uint32_t *seg_slot, next_slot;
-	int *seg_live;
-};
-
-static uint32_t pt_malloc(struct pt_alloc *pa, uint64_t size)
-{
-	uint64_t seg_size;
-	uint32_t best = UINT32_MAX;
-	int small = size <= MiB;
-
-	size = (size + 511) & ~511ULL; /* kMinBlockSize */
-	for (uint32_t i = 0; i < pa->nb; i++) {
-		struct pt_block *b = &pa->b[i];
-		int bsmall = pa->seg_size[b->seg] == 2 * MiB;
-
-		if (!b->used && b->size >= size && bsmall == small &&
-		    (best == UINT32_MAX || b->size < pa->b[best].size))
-			best = i;
-	}
-	if (best == UINT32_MAX) {
-		seg_size = small ? 2 * MiB : size <= 10 * MiB ? 20 * MiB :
-			(size + 2 * MiB - 1) & ~(2 * MiB - 1);
-		if (pa->nseg % 64 == 0) {
-			pa->seg_size = realloc(pa->seg_size, (pa->nseg + 64) * sizeof(*pa->seg_size));
-			pa->seg_slot = realloc(pa->seg_slot, (pa->nseg + 64) * sizeof(*pa->seg_slot));
-			pa->seg_live = realloc(pa->seg_live, (pa->nseg + 64) * sizeof(*pa->seg_live));
-		}
-		pa->seg_size[pa->nseg] = seg_size;
-		pa->seg_slot[pa->nseg] = pa->next_slot++;
-		pa->seg_live[pa->nseg] = 1;
-		emit(pa->t, OP_ALLOC, pa->seg_slot[pa->nseg], seg_size, 0);
-		if (pa->nb == pa->cap) {
-			pa->cap = pa->cap ? 2 * pa->cap : 256;
-			pa->b = realloc(pa->b, pa->cap * sizeof(*pa->b));
-		}
-		pa->b[pa->nb] = (struct pt_block){ pa->nseg, 0, seg_size, 0 };
-		best = pa->nb++;
-		pa->nseg++;
-	}
-	if (pa->b[best].size - size >= (small ? 512 : MiB)) { /* split off the rest */
-		if (pa->nb == pa->cap) {
-			pa->cap *= 2;
-			pa->b = realloc(pa->b, pa->cap * sizeof(*pa->b));
-		}
-		pa->b[pa->nb++] = (struct pt_block){ pa->b[best].seg, pa->b[best].off + size,
-						     pa->b[best].size - size, 0 };
-		pa->b[best].size = size;
-	}
-	pa->b[best].used = 1;
-	return best;
-}
-
-static void pt_free(struct pt_alloc *pa, uint32_t i)
-{
-	struct pt_block *b = &pa->b[i];
-
-	b->used = 0;
-	for (int merged = 1; merged;) { /* merge with free neighbours in its segment */
-		merged = 0;
-		for (uint32_t j = 0; j < pa->nb; j++) {
-			struct pt_block *o = &pa->b[j];
-
-			if (j == i || o->used || o->seg != b->seg || o->size == 0)
-				continue;
-			if (o->off + o->size == b->off || b->off + b->size == o->off) {
-				if (o->off < b->off)
-					b->off = o->off;
-				b->size += o->size;
-				o->size = 0;
-				merged = 1;
-			}
-		}
-	}
-}
-
-static void pt_empty_cache(struct pt_alloc *pa)
-{
-	uint32_t k = 0;
-
-	for (uint32_t sg = 0; sg < pa->nseg; sg++) {
-		int busy = 0, any = 0;
-
-		if (!pa->seg_live[sg])
-			continue;
-		for (uint32_t i = 0; i < pa->nb; i++)
-			if (pa->b[i].seg == sg && pa->b[i].size) {
-				any = 1;
-				busy |= pa->b[i].used;
-			}
-		if (!busy && any) {
-			emit(pa->t, OP_FREE, pa->seg_slot[sg], 0, 0);
-			pa->seg_live[sg] = 0;
-			for (uint32_t i = 0; i < pa->nb; i++)
-				if (pa->b[i].seg == sg)
-					pa->b[i].size = 0;
-		}
-	}
-	for (uint32_t i = 0; i < pa->nb; i++) /* compact */
-		if (pa->b[i].size)
-			pa->b[k++] = pa->b[i];
-	pa->nb = k;
-}
-
-static void gen_pytorch(struct trace *t, int steps)
-{
-	/* Per layer: sizes in units of the step's activation size A (16 MiB x seq / 2048). */
-	static const struct { uint32_t num, den; } layer[] = {
-		{ 3, 1 }, { 2, 1 }, { 1, 1 }, { 4, 1 }, { 4, 1 }, { 1, 1 }, { 1, 256 }, { 1, 64 },
-		{ 1, 1024 }, { 1, 8 },
-	};
-	enum { NL = sizeof(layer) / sizeof(layer[0]), LAYERS = 24 };
-	static const uint64_t seqs[] = { 1536, 2048, 2560 };
-	struct pt_alloc pa = { .t = t };
-	uint32_t act[LAYERS * NL];
-
-	t->name = "pytorch";
-	t->what = "caching allocator: 24 layers of activations a step, registered, freed, empty_cache";
-	t->lim = (struct sys_limits){ 0, 0 }; /* the library's defaults */
-	for (int s = 0; s < steps; s++) {
-		uint64_t A = 16 * MiB * seqs[rnd() % 3] / 2048;
-		int n = 0;
-
-		for (int l = 0; l < LAYERS; l++)
-			for (int k = 0; k < NL; k++) {
-				uint64_t size = A * layer[k].num / layer[k].den;
-				uint32_t b = pt_malloc(&pa, size);
-
-				act[n++] = b;
-				emit(t, OP_REG, pa.seg_slot[pa.b[b].seg], pa.b[b].off, size);
-			}
-		while (n > 0)
-			pt_free(&pa, act[--n]);
-		if ((s + 1) % 25 == 0)
-			pt_empty_cache(&pa);
-	}
-	for (uint32_t sg = 0; sg < pa.nseg; sg++)
-		if (pa.seg_live[sg])
-			emit(t, OP_FREE, pa.seg_slot[sg], 0, 0);
-	free(pa.b);
-	free(pa.seg_size);
-	free(pa.seg_slot);
-	free(pa.seg_live);
-}
-
-struct trace_result {
-	uint64_t requests, misses, wrong, not_covered, failed, reallocs_same_va, frees;
-	uint64_t peak_pinned;      /* bytes pinned at most, sampled after every registration */
-	double us_per_req;
-	char stats[512];
-};
 
 static int run_trace(const struct trace *t, enum sys_kind kind, struct trace_result *res)
 {
@@ -1206,129 +768,107 @@ static double floor_ns(const struct bset *set, int reps, bool one_line, double *
 	return med;
 }
 
-int main(int argc, char **argv)
-{
-	enum { NPAT = 5 };
-	static const char *const pat_name[NPAT] = { "same", "rand128", "rand1024", "rand4096",
-						    "mixed1024" };
-	static const char *const tp_name[4] = { "own", "shared", "own-rand", "shared-rand" };
-	int maxt = 16, reps = 3, quick = 0, counts[8], ncounts = 0, latency_only = 0, no_traces = 0,
-	    miss_only = 0;
-	int traces_only = 0;
-	double secs = 0.25;
-	const char *csv_path = NULL, *only = NULL;
-	char why[256];
-	uint64_t bufs[MAX_THREADS + 1];
-	struct sys sys[SYS_COUNT];
-	/* [system][threads index][own/shared/own-rand/shared-rand] */
-	double tput[SYS_COUNT][8][4], lat[SYS_COUNT][NPAT], lat_best[SYS_COUNT][NPAT];
-	double p50[SYS_COUNT][NPAT], p99[SYS_COUNT][NPAT], miss_us[SYS_COUNT];
-	double miss_paired[SYS_COUNT];
-	int miss_paired_n[SYS_COUNT];
-	double q_us, q9_us, s_us, x_us;
-	uint64_t errors[SYS_COUNT] = { 0 };
-	uint64_t *rbuf, *rsize, *mbuf, *msize;
-	struct bset pat_set[NPAT], own_sets[MAX_THREADS], shared_set;
-	/* The hit runs cache ~5000 buffers: libgdrcache's limits are raised above that (its
-	 * defaults depend on the GPU); the baseline and ucs_rcache are unbounded by default. */
-	struct sys_limits big = { 1ULL << 40, 1u << 20 };
+struct opts {
+	int maxt, reps, quick, latency_only, no_traces, miss_only, traces_only;
+	double secs;
+	const char *csv_path, *only;
+};
 
+static void parse(struct opts *o, int argc, char **argv)
+{
+	*o = (struct opts){ .maxt = 16, .reps = 3, .secs = 0.25 };
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			maxt = atoi(argv[++i]);
+			o->maxt = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-			secs = atof(argv[++i]);
+			o->secs = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-			reps = atoi(argv[++i]);
+			o->reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
-			csv_path = argv[++i];
+			o->csv_path = argv[++i];
 		else if (!strcmp(argv[i], "--quick"))
-			quick = 1;
+			o->quick = 1;
 		else if (!strcmp(argv[i], "--miss-only"))
-			miss_only = 1;
+			o->miss_only = 1;
 		else if (!strcmp(argv[i], "--latency-only"))
-			latency_only = 1;
+			o->latency_only = 1;
 		else if (!strcmp(argv[i], "--no-traces"))
-			no_traces = 1;
+			o->no_traces = 1;
 		else if (!strcmp(argv[i], "--traces-only"))
-			traces_only = 1;
+			o->traces_only = 1;
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
-			only = argv[++i];
+			o->only = argv[++i];
 		else
 			usage();
 	}
-	if (maxt < 1 || maxt > MAX_THREADS)
-		maxt = 16;
-	if (reps < 1 || reps > 15)
-		reps = 3;
-	if (hc_load(why, sizeof(why))) {
-		printf("bench_hit: %s: nothing to measure\n", why);
-		return 77;
-	}
-	machine();
-	more_files();
-	cycles_calibrate();
-	timer_calibrate();
-	if (csv_path) {
-		csv = fopen(csv_path, "w");
-		if (!csv) {
-			perror(csv_path);
-			return 1;
-		}
-		fprintf(csv, "gpu,driver,cuda,cpus,metric,system,trace,threads,buffers,value,unit\n");
-	}
-	for (int t = 1; t <= maxt && ncounts < 8; t *= 2)
-		counts[ncounts++] = t;
+	if (o->maxt < 1 || o->maxt > MAX_THREADS)
+		o->maxt = 16;
+	if (o->reps < 1 || o->reps > 15)
+		o->reps = 3;
+}
 
-	printf("# bench_hit: registration-cache hits side by side, one run\n");
-	printf("# libgdrcache loaded: %s\n", getenv("BENCH_LOAD_MODE") ? getenv("BENCH_LOAD_MODE") :
-	       getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "gdrcache") ?
-	       "linked into the executable, and LD_PRELOADed" : "linked into the executable");
-	printf("# machine: GPU 0 %s; NVIDIA driver %s; CUDA driver API %d; %ld CPUs (%s)\n", hc.gpu,
-	       hc.driver, hc.cuda_version, ncpu, cpu_model);
-	if (hc.fake)
-		printf("# THE FAKE CUDA DRIVER ($GDRCACHE_LIBCUDA): a simulation, not a measurement\n");
-	printf("# registrations of %llu KiB at the start of %llu MiB buffers (same), or at a random "
-	       "4 KiB page of a random buffer of a set (rand*, mixed*); %.2f s per point, median of "
-	       "%d; threads pinned to CPUs 0..n-1; cycle counter %.3f ns, timer %.0f cycles\n",
-	       HIT_LEN / KiB, BUF_SIZE / MiB, secs, reps, ns_per_cycle, timer_cycles);
+/* The buffers of the hit runs: bufs[0..maxt] (same, own, shared); NRAND 1 MiB buffers (rand<n>
+ * use the first n; thread i's own set is [i * OWN_SET, (i + 1) * OWN_SET); shared-rand the first
+ * SHARED_SET), and NMIXED buffers of 4 KiB to 4 MiB, log-uniform, allocated in random order
+ * (small ones share pages). */
+struct bufs {
+	uint64_t bufs[MAX_THREADS + 1];
+	uint64_t *rbuf, *rsize, *mbuf, *msize;
+	struct bset pat_set[NPAT], own_sets[MAX_THREADS], shared_set;
+};
 
-	if (traces_only)
-		goto traces;
+static int alloc_buffers(struct bufs *b, int maxt)
+{
 	for (int i = 0; i <= maxt; i++)
-		if (hc.cuMemAlloc(&bufs[i], BUF_SIZE)) {
+		if (hc.cuMemAlloc(&b->bufs[i], BUF_SIZE)) {
 			printf("bench_hit: cuMemAlloc failed\n");
 			return 1;
 		}
-	/* The random sets: NRAND 1 MiB buffers (rand<n> use the first n; thread i's own set is
-	 * [i * OWN_SET, (i + 1) * OWN_SET); shared-rand the first SHARED_SET), and NMIXED buffers of
-	 * 4 KiB to 4 MiB, log-uniform, allocated in random order (small ones share pages). */
-	rbuf = calloc(NRAND, sizeof(*rbuf));
-	rsize = calloc(NRAND, sizeof(*rsize));
-	mbuf = calloc(NMIXED, sizeof(*mbuf));
-	msize = calloc(NMIXED, sizeof(*msize));
+	b->rbuf = calloc(NRAND, sizeof(*b->rbuf));
+	b->rsize = calloc(NRAND, sizeof(*b->rsize));
+	b->mbuf = calloc(NMIXED, sizeof(*b->mbuf));
+	b->msize = calloc(NMIXED, sizeof(*b->msize));
 	rng_state = 0x6a09e667f3bcc909ULL;
 	for (int i = 0; i < NRAND; i++) {
-		rsize[i] = BUF_SIZE;
-		if (hc.cuMemAlloc(&rbuf[i], BUF_SIZE)) {
+		b->rsize[i] = BUF_SIZE;
+		if (hc.cuMemAlloc(&b->rbuf[i], BUF_SIZE)) {
 			printf("bench_hit: cuMemAlloc failed (random set)\n");
 			return 1;
 		}
 	}
 	for (int i = 0; i < NMIXED; i++) {
-		msize[i] = 4 * KiB << (rnd() % 11);
-		if (hc.cuMemAlloc(&mbuf[i], msize[i])) {
+		b->msize[i] = 4 * KiB << (rnd() % 11);
+		if (hc.cuMemAlloc(&b->mbuf[i], b->msize[i])) {
 			printf("bench_hit: cuMemAlloc failed (mixed set)\n");
 			return 1;
 		}
 	}
-	set_of(&pat_set[1], rbuf, rsize, 128);
-	set_of(&pat_set[2], rbuf, rsize, 1024);
-	set_of(&pat_set[3], rbuf, rsize, NRAND);
-	set_of(&pat_set[4], mbuf, msize, NMIXED);
+	set_of(&b->pat_set[1], b->rbuf, b->rsize, 128);
+	set_of(&b->pat_set[2], b->rbuf, b->rsize, 1024);
+	set_of(&b->pat_set[3], b->rbuf, b->rsize, NRAND);
+	set_of(&b->pat_set[4], b->mbuf, b->msize, NMIXED);
 	for (int i = 0; i < maxt; i++)
-		set_of(&own_sets[i], rbuf + (size_t)(i % (NRAND / OWN_SET)) * OWN_SET, rsize, OWN_SET);
-	set_of(&shared_set, rbuf, rsize, SHARED_SET);
+		set_of(&b->own_sets[i], b->rbuf + (size_t)(i % (NRAND / OWN_SET)) * OWN_SET,
+		       b->rsize, OWN_SET);
+	set_of(&b->shared_set, b->rbuf, b->rsize, SHARED_SET);
+	return 0;
+}
+
+static void free_buffers(struct bufs *b, int maxt)
+{
+	for (int i = 0; i <= maxt; i++)
+		hc.cuMemFree(b->bufs[i]);
+	for (int i = 0; i < NRAND; i++)
+		hc.cuMemFree(b->rbuf[i]);
+	for (int i = 0; i < NMIXED; i++)
+		hc.cuMemFree(b->mbuf[i]);
+}
+
+static void open_systems(struct sys *sys, const char *only)
+{
+	/* The hit runs cache ~5000 buffers: libgdrcache's limits are raised above that (its
+	 * defaults depend on the GPU); the baseline and ucs_rcache are unbounded by default. */
+	struct sys_limits big = { 1ULL << 40, 1u << 20 };
 
 	printf("\nsystems:\n");
 	for (int k = 0; k < SYS_COUNT; k++) {
@@ -1338,387 +878,244 @@ int main(int argc, char **argv)
 			continue;
 		}
 		sys_open(&sys[k], (enum sys_kind)k, k <= SYS_GDR_TAG ? &big : NULL);
-		printf("  %-11s %s%s\n", sys_names[k], sys[k].available ? "" : "UNAVAILABLE: ",
-		       sys[k].why);
+		report_system(sys_names[k], &sys[k]);
 	}
+}
 
-	/* Miss: the first registration of a new allocation, each system its own fresh ones, the
-	 * systems taking turns (the first to touch fresh memory would pay for the others). */
-	{
-		static double v[SYS_COUNT][NM], d[SYS_COUNT][NM], t_miss[SYS_COUNT][NM];
-		static uint64_t fresh[SYS_COUNT][NM];
-		static void *r[SYS_COUNT][NM];
-		int n[SYS_COUNT] = { 0 };
+/* Miss: the first registration of a new allocation, each system its own fresh ones, the
+ * systems taking turns (the first to touch fresh memory would pay for the others). */
+static void measure_miss(struct hit_results *R, struct sys *sys)
+{
+	static double v[SYS_COUNT][NM], d[SYS_COUNT][NM], t_miss[SYS_COUNT][NM];
+	static uint64_t fresh[SYS_COUNT][NM];
+	static void *r[SYS_COUNT][NM];
+	int n[SYS_COUNT] = { 0 };
 
-		for (int k = 0; k < SYS_COUNT; k++)
-			for (int i = 0; sys[k].available && i < NM; i++)
-				hc.cuMemAlloc(&fresh[k][i], BUF_SIZE);
-		for (int i = 0; i < NM; i++)
-			for (int q = 0; q < SYS_COUNT; q++) {
-				int k = (q + i) % SYS_COUNT; /* each system first in turn */
-				double t0 = now();
+	for (int k = 0; k < SYS_COUNT; k++)
+		for (int i = 0; sys[k].available && i < NM; i++)
+			hc.cuMemAlloc(&fresh[k][i], BUF_SIZE);
+	for (int i = 0; i < NM; i++)
+		for (int q = 0; q < SYS_COUNT; q++) {
+			int k = (q + i) % SYS_COUNT; /* each system first in turn */
+			double t0 = now();
 
-				if (!sys[k].available)
-					continue;
-				if (sys_get(&sys[k], fresh[k][i], HIT_LEN, &r[k][i]) == 0) {
-					v[k][n[k]++] = (now() - t0) * 1e6;
-					t_miss[k][i] = v[k][n[k] - 1];
-				} else {
-					r[k][i] = NULL;
-					errors[k]++;
-				}
+			if (!sys[k].available)
+				continue;
+			if (sys_get(&sys[k], fresh[k][i], HIT_LEN, &r[k][i]) == 0) {
+				v[k][n[k]++] = (now() - t0) * 1e6;
+				t_miss[k][i] = v[k][n[k] - 1];
+			} else {
+				r[k][i] = NULL;
+				R->errors[k]++;
 			}
-		for (int k = 0; k < SYS_COUNT; k++) {
-			for (int i = 0; sys[k].available && i < NM; i++) {
-				if (r[k][i])
-					sys_put(&sys[k], r[k][i]);
-				sys_freed(&sys[k], fresh[k][i], BUF_SIZE);
-				hc.cuMemFree(fresh[k][i]);
-			}
-			miss_us[k] = sys[k].available ? median(v[k], n[k]) : 0;
 		}
-		/* Against tagcheck, allocation by allocation: the systems took turns on each, so the
-		 * machine's drift (the export alone varies by microseconds) cancels in the pairs. */
-		for (int k = 0; k < SYS_COUNT; k++) {
-			int m = 0;
-
-			for (int i = 0; i < NM && sys[k].available && sys[SYS_TAGCHECK].available; i++)
-				if (r[k][i] && r[SYS_TAGCHECK][i])
-					d[k][m++] = t_miss[k][i] - t_miss[SYS_TAGCHECK][i];
-			miss_paired[k] = m ? median(d[k], m) : 0;
-			miss_paired_n[k] = m;
+	for (int k = 0; k < SYS_COUNT; k++) {
+		for (int i = 0; sys[k].available && i < NM; i++) {
+			if (r[k][i])
+				sys_put(&sys[k], r[k][i]);
+			sys_freed(&sys[k], fresh[k][i], BUF_SIZE);
+			hc.cuMemFree(fresh[k][i]);
 		}
+		R->miss_us[k] = sys[k].available ? median(v[k], n[k]) : 0;
 	}
-	miss_parts(64, &q_us, &q9_us, &s_us, &x_us);
-	if (miss_only)
-		goto miss_report;
+	/* Against tagcheck, allocation by allocation: the systems took turns on each, so the
+	 * machine's drift (the export alone varies by microseconds) cancels in the pairs. */
+	for (int k = 0; k < SYS_COUNT; k++) {
+		int m = 0;
 
-	/* Warm every buffer into every cache, each registered whole (ucs_rcache pins what is asked:
-	 * a whole registration makes every later sub-range of the buffer a hit there too). */
+		for (int i = 0; i < NM && sys[k].available && sys[SYS_TAGCHECK].available; i++)
+			if (r[k][i] && r[SYS_TAGCHECK][i])
+				d[k][m++] = t_miss[k][i] - t_miss[SYS_TAGCHECK][i];
+		R->miss_paired[k] = m ? median(d[k], m) : 0;
+		R->miss_paired_n[k] = m;
+	}
+	miss_parts(64, &R->q_us, &R->q9_us, &R->s_us, &R->x_us);
+}
+
+/* Warm every buffer into every cache, each registered whole (ucs_rcache pins what is asked:
+ * a whole registration makes every later sub-range of the buffer a hit there too). */
+static void warm(struct hit_results *R, struct sys *sys, const struct bufs *b, int maxt)
+{
 	for (int k = 0; k < SYS_COUNT; k++) {
 		void *r;
 
 		for (int i = 0; sys[k].available && i <= maxt; i++) {
-			if (sys_get(&sys[k], bufs[i], HIT_LEN, &r) == 0)
+			if (sys_get(&sys[k], b->bufs[i], HIT_LEN, &r) == 0)
 				sys_put(&sys[k], r);
 			else
-				errors[k]++;
+				R->errors[k]++;
 		}
 		for (int i = 0; sys[k].available && i < NRAND; i++) {
-			if (sys_get(&sys[k], rbuf[i], rsize[i], &r) == 0)
+			if (sys_get(&sys[k], b->rbuf[i], b->rsize[i], &r) == 0)
 				sys_put(&sys[k], r);
 			else
-				errors[k]++;
+				R->errors[k]++;
 		}
 		for (int i = 0; sys[k].available && i < NMIXED; i++) {
-			if (sys_get(&sys[k], mbuf[i], msize[i], &r) == 0)
+			if (sys_get(&sys[k], b->mbuf[i], b->msize[i], &r) == 0)
 				sys_put(&sys[k], r);
 			else
-				errors[k]++;
+				R->errors[k]++;
 		}
 	}
+}
 
-	/* The systems take turns, run by run (each first in turn), so that a machine whose speed
-	 * drifts (a VM's does, by up to 2x for seconds at a time) slows them alike. */
+/* The systems take turns, run by run (each first in turn), so that a machine whose speed
+ * drifts (a VM's does, by up to 2x for seconds at a time) slows them alike. */
+static void measure_latency(struct hit_results *R, struct sys *sys, const struct bufs *b, int quick)
+{
 	for (int pi = 0, nrun = quick ? 3 : 7; pi < NPAT; pi++) {
-		const struct bset *set = pi ? &pat_set[pi] : NULL;
+		const struct bset *set = pi ? &b->pat_set[pi] : NULL;
 		uint64_t batches = quick ? 256 : 4096;
 		double v[SYS_COUNT][7];
 
 		for (int k = 0; k < SYS_COUNT; k++) /* warm */
 			if (sys[k].available)
-				latency_run(&sys[k], bufs[1], set, batches / 4, &errors[k]);
+				latency_run(&sys[k], b->bufs[1], set, batches / 4, &R->errors[k]);
 		for (int r = 0; r < nrun; r++)
 			for (int q = 0; q < SYS_COUNT; q++) {
 				int k = (q + r) % SYS_COUNT;
 
 				if (sys[k].available)
-					v[k][r] = latency_run(&sys[k], bufs[1], set, batches,
-							      &errors[k]);
+					v[k][r] = latency_run(&sys[k], b->bufs[1], set, batches,
+							      &R->errors[k]);
 			}
 		for (int k = 0; k < SYS_COUNT; k++) {
 			if (!sys[k].available)
 				continue;
-			lat[k][pi] = median(v[k], nrun); /* sorts */
-			lat_best[k][pi] = v[k][0];
-			latency_dist(&sys[k], bufs[1], set, quick ? 20000 : 200000, &p50[k][pi],
-				     &p99[k][pi], &errors[k]);
+			R->lat[k][pi] = median(v[k], nrun); /* sorts */
+			R->lat_best[k][pi] = v[k][0];
+			latency_dist(&sys[k], b->bufs[1], set, quick ? 20000 : 200000,
+				     &R->p50[k][pi], &R->p99[k][pi], &R->errors[k]);
 		}
 	}
-	printf("\nlatency, one thread, ns per registration + release of a cached range: mean of a "
-	       "timed loop (median of %d runs, the systems taking turns; best), and p50 / p99 of %d "
-	       "hits timed one by one:\n", quick ? 3 : 7, quick ? 20000 : 200000);
-	printf("  %-11s", "system");
-	for (int pi = 0; pi < NPAT; pi++)
-		printf(" %26s", pat_name[pi]);
-	printf("\n");
-	for (int k = 0; k < SYS_COUNT; k++) {
-		if (!sys[k].available)
-			continue;
-		printf("  %-11s", sys_names[k]);
-		for (int pi = 0; pi < NPAT; pi++) {
-			char cell[64];
+}
 
-			snprintf(cell, sizeof(cell), "%.1f (%.1f) %.0f/%.0f", lat[k][pi],
-				 lat_best[k][pi], p50[k][pi], p99[k][pi]);
-			printf(" %26s", cell);
-			row("hit_latency", sys_names[k], NULL, 1, pat_name[pi], lat[k][pi], "ns");
-			row("hit_latency_best", sys_names[k], NULL, 1, pat_name[pi], lat_best[k][pi],
-			    "ns");
-			row("hit_latency_p50", sys_names[k], NULL, 1, pat_name[pi], p50[k][pi], "ns");
-			row("hit_latency_p99", sys_names[k], NULL, 1, pat_name[pi], p99[k][pi], "ns");
-		}
-		printf("\n");
-	}
-	printf("  (cell: mean (best) p50/p99; p50/p99 less the timer's %.0f cycles)\n",
-	       timer_cycles);
-	for (int fl = 0; fl < 2; fl++) {
-		static const char *const fl_name[2] = { "floor", "floor-1line" };
+/* The floor rows on the random sets of 1 MiB buffers, then the harness alone. */
+static void measure_floors(struct hit_results *R, const struct bufs *b, int quick)
+{
+	for (int fl = 0; fl < 2; fl++)
+		for (int pi = 1; pi <= 3; pi++)
+			R->floor[fl][pi] = floor_ns(&b->pat_set[pi], quick ? 3 : 7, fl,
+						    &R->floor_best[fl][pi]);
+	R->harness = harness_ns(&b->pat_set[3]);
+}
 
-		printf("  %-11s", fl_name[fl]);
-		for (int pi = 0; pi < NPAT; pi++) {
-			char cell[64] = "-";
-			double f, fb = 0;
-
-			if (pi >= 1 && pi <= 3) { /* the random sets of 1 MiB buffers */
-				f = floor_ns(&pat_set[pi], quick ? 3 : 7, fl, &fb);
-				snprintf(cell, sizeof(cell), "%.1f (%.1f)", f, fb);
-				row("hit_latency_floor", fl_name[fl], NULL, 1, pat_name[pi], f, "ns");
-			}
-			printf(" %26s", cell);
-		}
-		printf("\n");
-	}
-	printf("  (floor: the least a lock-free hit does, on the same buffers and addresses: a "
-	       "hash of the 2 MiB granule, the 64-byte record its slot names, a thread's count up "
-	       "and down; floor-1line: the same with the records in the hash's slots, one random "
-	       "line a hit)\n");
-	printf("  harness alone (a random address made and its set read, no registration): "
-	       "%.1f ns (rand4096)\n", harness_ns(&pat_set[3]));
-	if (latency_only)
-		return 0;
-miss_report:
-	printf("\nmiss, first registration of a new %llu MiB allocation (median of %d, the systems "
-	       "taking turns on each, each first in turn):\n",
-	       BUF_SIZE / MiB, NM);
-	for (int k = 0; k < SYS_COUNT; k++)
-		if (sys[k].available) {
-			printf("  %-11s %8.1f us", sys_names[k], miss_us[k]);
-			if (sys[SYS_TAGCHECK].available && k != SYS_TAGCHECK) {
-				printf("   (%+.1f us against tagcheck; median of %d paired "
-				       "differences %+.2f us)",
-				       miss_us[k] - miss_us[SYS_TAGCHECK], miss_paired_n[k],
-				       miss_paired[k]);
-				row("miss_vs_tagcheck", sys_names[k], NULL, 1, "paired",
-				    miss_paired[k], "us");
-			}
-			printf("\n");
-			row("miss", sys_names[k], NULL, 1, "new", miss_us[k], "us");
-		}
-	printf("  its parts, timed alone on fresh allocations: query %.2f us, first SYNC_MEMOPS "
-	       "%.2f us, dma-buf export %.2f us (sum %.2f us); libgdrcache's query of 9 "
-	       "attributes %.2f us (%+.2f us)\n",
-	       q_us, s_us, x_us, q_us + s_us + x_us, q9_us, q9_us - q_us);
-	row("miss_part", "driver", NULL, 1, "query9", q9_us, "us");
-	for (int k = 0; k < SYS_COUNT; k++)
-		if (sys[k].available)
-			printf("  %-11s own work (miss less the parts): %.2f us\n", sys_names[k],
-			       miss_us[k] - (q_us + s_us + x_us));
-	row("miss_part", "driver", NULL, 1, "query", q_us, "us");
-	row("miss_part", "driver", NULL, 1, "sync_memops", s_us, "us");
-	row("miss_part", "driver", NULL, 1, "dmabuf_export", x_us, "us");
-	if (miss_only)
-		return 0;
-
-	/* Throughput: thread counts outermost, systems interleaved, repeated. */
-	for (int ti = 0; ti < ncounts; ti++)
-		for (int m = 0; m < 4; m++) {
+/* Throughput: thread counts outermost, systems interleaved, repeated. */
+static void measure_throughput(struct hit_results *R, struct sys *sys, const struct bufs *b,
+			       const struct opts *o)
+{
+	for (int ti = 0; ti < R->ncounts; ti++)
+		for (int m = 0; m < NTP; m++) {
 			double v[SYS_COUNT][16];
-			const struct bset *sets = m == 2 ? own_sets : m == 3 ? &shared_set : NULL;
+			const struct bset *sets = NULL;
 
-			for (int rep = 0; rep < reps; rep++)
+			if (m == 2)
+				sets = b->own_sets;
+			else if (m == 3)
+				sets = &b->shared_set;
+
+			for (int rep = 0; rep < o->reps; rep++)
 				for (int k = 0; k < SYS_COUNT; k++)
 					if (sys[k].available)
-						v[k][rep] = throughput(&sys[k], counts[ti], m & 1,
-								       bufs, sets, secs, &errors[k]);
+						v[k][rep] = throughput(&sys[k], R->counts[ti],
+								       m & 1, b->bufs, sets,
+								       o->secs, &R->errors[k]);
 			for (int k = 0; k < SYS_COUNT; k++)
-				tput[k][ti][m] = sys[k].available ? median(v[k], reps) : 0;
+				R->tput[k][ti][m] = sys[k].available ? median(v[k], o->reps) : 0;
 		}
-	for (int m = 0; m < 4; m++) {
-		static const char *const what[4] = {
-			"own buffer per thread", "one buffer shared by all threads",
-			"each thread a random one of its own 128 buffers, random 4 KiB page",
-			"all threads a random one of 2048 shared buffers, random 4 KiB page" };
+}
 
-		printf("\nhit throughput, %s, aggregate M hits/s (ns per hit per thread):\n", what[m]);
-		printf("  %-8s", "threads");
-		for (int k = 0; k < SYS_COUNT; k++)
-			if (sys[k].available)
-				printf(" %24s", sys_names[k]);
-		printf("\n");
-		for (int ti = 0; ti < ncounts; ti++) {
-			printf("  %-8d", counts[ti]);
-			for (int k = 0; k < SYS_COUNT; k++) {
-				double r = tput[k][ti][m];
+/* Traces: the same operations for every system, each on a fresh cache. */
+static void traces(const struct opts *o)
+{
+	struct trace tr[5];
 
-				if (!sys[k].available)
-					continue;
-				printf(" %12.2f (%7.1f ns)", r / 1e6, r > 0 ? counts[ti] / r * 1e9 : 0);
-				row("hit_throughput", sys_names[k], NULL, counts[ti], tp_name[m],
-				    r / 1e6, "Mops");
+	memset(tr, 0, sizeof(tr));
+	rng_state = 0x9e3779b97f4a7c15ULL;
+	gen_alloc_loop(&tr[0], o->quick ? 40 : 300);
+	rng_state = 0x2545f4914f6cdd1dULL;
+	gen_halo(&tr[1], o->quick ? 20 : 200);
+	rng_state = 0x5851f42d4c957f2dULL;
+	gen_churn(&tr[2], o->quick ? 1000 : 12000);
+	rng_state = 0x1f83d9abfb41bd6bULL;
+	gen_size_mix(&tr[3], o->quick ? 2000 : 12000);
+	rng_state = 0x5be0cd19137e2179ULL;
+	gen_pytorch(&tr[4], o->quick ? 30 : 120);
+	for (int i = 0; i < 5; i++) {
+		report_trace_head(&tr[i]);
+		for (int k = 0; k < SYS_COUNT; k++) {
+			struct trace_result r;
+
+			if (left_out(o->only, sys_names[k]))
+				continue;
+			if (k == SYS_PRELOAD) /* hit_preload.c: gdr-events' cache */
+				continue;
+			if (run_trace(&tr[i], (enum sys_kind)k, &r)) {
+				report_trace_unavailable((enum sys_kind)k, &r);
+				continue;
 			}
-			printf("\n");
+			report_trace_row(&tr[i], (enum sys_kind)k, &r);
 		}
+		free(tr[i].ops);
 	}
+	report_trace_note();
+}
 
-	/* Ratios the issues' goals are stated in. */
-	printf("\nratios (same run):\n");
-	for (int k = SYS_GDR_EVENTS; k <= SYS_GDR_TAG; k++) {
-		int last = ncounts - 1;
+int main(int argc, char **argv)
+{
+	static struct hit_results res;
+	struct hit_results *R = &res;
+	struct opts o;
+	char why[256];
+	struct sys sys[SYS_COUNT];
+	static struct bufs b;
 
-		if (!sys[k].available) {
-			printf("  %-11s unavailable: %s\n", sys_names[k], sys[k].why);
-			continue;
+	parse(&o, argc, argv);
+	if (hc_load(why, sizeof(why))) {
+		printf("bench_hit: %s: nothing to measure\n", why);
+		return 77;
+	}
+	report_machine();
+	more_files();
+	cycles_calibrate();
+	timer_calibrate();
+	if (o.csv_path && report_csv_open(o.csv_path))
+		return 1;
+	for (int t = 1; t <= o.maxt && R->ncounts < 8; t *= 2)
+		R->counts[R->ncounts++] = t;
+	report_header(o.secs, o.reps, ns_per_cycle, timer_cycles);
+
+	if (!o.traces_only) {
+		if (alloc_buffers(&b, o.maxt))
+			return 1;
+		open_systems(sys, o.only);
+		measure_miss(R, sys);
+		if (!o.miss_only) {
+			warm(R, sys, &b, o.maxt);
+			measure_latency(R, sys, &b, o.quick);
+			report_latency(R, sys, o.quick, timer_cycles);
+			measure_floors(R, &b, o.quick);
+			report_floors(R);
+			if (o.latency_only)
+				return 0;
 		}
-		printf("  %-11s 1-thread hit, same buffer %.1f ns (goal <= 15 ns); random of 128 / "
-		       "1024 / 4096 %.1f / %.1f / %.1f ns, mixed sizes %.1f ns (goal <= 20 ns)\n",
-		       sys_names[k], lat[k][0], lat[k][1], lat[k][2], lat[k][3], lat[k][4]);
-		printf("  %-11s %d threads: own random %.1f M hits/s (goal >= 300), shared random "
-		       "%.1f M hits/s: own / shared = %.2f (goal <= 1.5)\n", sys_names[k],
-		       counts[last], tput[k][last][2] / 1e6, tput[k][last][3] / 1e6,
-		       tput[k][last][3] > 0 ? tput[k][last][2] / tput[k][last][3] : 0);
-		if (sys[SYS_TAGCHECK].available)
-			for (int m = 0; m < 4; m++) {
-				double b = tput[SYS_TAGCHECK][last][m];
-				double q = b > 0 ? tput[k][last][m] / b : 0;
-
-				printf("  %-11s %d threads, %s: %.1f x tagcheck\n", sys_names[k],
-				       counts[last], tp_name[m], q);
-				row("ratio_vs_tagcheck", sys_names[k], NULL, counts[last], tp_name[m], q,
-				    "x");
-			}
-		if (sys[SYS_UCS].available) {
-			for (int m = 0; m < 4; m++) {
-				printf("  %-11s vs ucs-rcache, %-11s (threads:ratio):", sys_names[k],
-				       tp_name[m]);
-				for (int ti = 0; ti < ncounts; ti++) {
-					double b = tput[SYS_UCS][ti][m];
-					double q = b > 0 ? tput[k][ti][m] / b : 0;
-
-					printf(" %d:%.2fx", counts[ti], q);
-					row("ratio_vs_ucs", sys_names[k], NULL, counts[ti], tp_name[m], q,
-					    "x");
-				}
-				printf("\n");
-			}
-			if (lat[SYS_UCS][0] > 0)
-				printf("  %-11s 1-thread latency vs ucs-rcache: %.2f x faster (same), "
-				       "%.2f x (rand1024)\n", sys_names[k], lat[SYS_UCS][0] / lat[k][0],
-				       lat[SYS_UCS][2] / lat[k][2]);
+		report_miss(R, sys, NM);
+		if (o.miss_only)
+			return 0;
+		measure_throughput(R, sys, &b, &o);
+		report_throughput(R, sys);
+		report_ratios(R, sys);
+		for (int k = 0; k < SYS_COUNT; k++) {
+			if (!sys[k].available)
+				continue;
+			report_after(sys_names[k], &sys[k], R->errors[k]);
+			sys_close(&sys[k]);
 		}
+		free_buffers(&b, o.maxt);
 	}
-	/* Issue 16 item 4: the preload's hit within 2 x the library's, scaling with threads. */
-	if (sys[SYS_PRELOAD].available && sys[SYS_GDR_EVENTS].available) {
-		int last = ncounts - 1;
-
-		printf("  %-11s 1-thread hit over gdr-events':", "preload");
-		for (int pi = 0; pi < NPAT; pi++)
-			printf(" %s %.2f x%s", pat_name[pi], lat[SYS_PRELOAD][pi] / lat[SYS_GDR_EVENTS][pi],
-			       pi + 1 < NPAT ? "," : " (goal <= 2)\n");
-		printf("  %-11s %d threads: own random %.1f M hits/s (%.2f x gdr-events'), shared "
-		       "random %.1f M hits/s (%.2f x)\n", "preload", counts[last],
-		       tput[SYS_PRELOAD][last][2] / 1e6,
-		       tput[SYS_PRELOAD][last][2] / tput[SYS_GDR_EVENTS][last][2],
-		       tput[SYS_PRELOAD][last][3] / 1e6,
-		       tput[SYS_PRELOAD][last][3] / tput[SYS_GDR_EVENTS][last][3]);
-	}
-	for (int k = 0; k < SYS_COUNT; k++) {
-		char d[512];
-
-		if (!sys[k].available)
-			continue;
-		sys_describe(&sys[k], d, sizeof(d));
-		printf("  %-11s after the hit runs: %s; failed registrations %" PRIu64 "\n",
-		       sys_names[k], d, errors[k]);
-		sys_close(&sys[k]);
-	}
-	for (int i = 0; i <= maxt; i++)
-		hc.cuMemFree(bufs[i]);
-	for (int i = 0; i < NRAND; i++)
-		hc.cuMemFree(rbuf[i]);
-	for (int i = 0; i < NMIXED; i++)
-		hc.cuMemFree(mbuf[i]);
-
-	/* Traces: the same operations for every system, each on a fresh cache. */
-traces:
-	if (!no_traces) {
-		struct trace tr[5];
-
-		memset(tr, 0, sizeof(tr));
-		rng_state = 0x9e3779b97f4a7c15ULL;
-		gen_alloc_loop(&tr[0], quick ? 40 : 300);
-		rng_state = 0x2545f4914f6cdd1dULL;
-		gen_halo(&tr[1], quick ? 20 : 200);
-		rng_state = 0x5851f42d4c957f2dULL;
-		gen_churn(&tr[2], quick ? 1000 : 12000);
-		rng_state = 0x1f83d9abfb41bd6bULL;
-		gen_size_mix(&tr[3], quick ? 2000 : 12000);
-		rng_state = 0x5be0cd19137e2179ULL;
-		gen_pytorch(&tr[4], quick ? 30 : 120);
-		for (int i = 0; i < 5; i++) {
-			if (tr[i].lim.max_bytes)
-				printf("\ntrace %s: %s; cache limit %" PRIu64 " MiB, %" PRIu64
-				       " entries\n", tr[i].name, tr[i].what,
-				       (uint64_t)(tr[i].lim.max_bytes / MiB), tr[i].lim.max_entries);
-			else
-				printf("\ntrace %s: %s; libgdrcache's default limits (its info line "
-				       "says what they resolve to), the others unbounded\n", tr[i].name,
-				       tr[i].what);
-			printf("  %-11s %9s %8s %9s %8s %6s %6s %8s %10s %9s\n", "system", "requests",
-			       "misses", "hit rate", "us/req", "stale", "short", "failed",
-			       "same-VA", "peak MiB");
-			for (int k = 0; k < SYS_COUNT; k++) {
-				struct trace_result r;
-
-				if (left_out(only, sys_names[k]))
-					continue;
-				if (k == SYS_PRELOAD) /* hit_preload.c: gdr-events' cache */
-					continue;
-				if (run_trace(&tr[i], (enum sys_kind)k, &r)) {
-					printf("  %-11s unavailable: %s\n", sys_names[k], r.stats);
-					continue;
-				}
-				printf("  %-11s %9" PRIu64 " %8" PRIu64 " %8.2f%% %8.2f %6" PRIu64
-				       " %6" PRIu64 " %8" PRIu64 " %10" PRIu64 " %9" PRIu64 "\n",
-				       sys_names[k], r.requests, r.misses,
-				       r.requests ? 100.0 * (1.0 - (double)r.misses / r.requests) : 0,
-				       r.us_per_req, r.wrong, r.not_covered, r.failed,
-				       r.reallocs_same_va, r.peak_pinned >> 20);
-				row("trace_peak_pinned", sys_names[k], tr[i].name, 1, "",
-				    (double)(r.peak_pinned >> 20), "MiB");
-				printf("  %-11s   %s\n", "", r.stats);
-				row("trace_hit_rate", sys_names[k], tr[i].name, 1, "",
-				    r.requests ? 1.0 - (double)r.misses / r.requests : 0, "fraction");
-				row("trace_requests", sys_names[k], tr[i].name, 1, "", r.requests, "count");
-				row("trace_misses", sys_names[k], tr[i].name, 1, "", r.misses, "count");
-				row("trace_us_per_request", sys_names[k], tr[i].name, 1, "", r.us_per_req,
-				    "us");
-				row("trace_stale_handed_out", sys_names[k], tr[i].name, 1, "", r.wrong,
-				    "count");
-				row("trace_not_covered", sys_names[k], tr[i].name, 1, "", r.not_covered,
-				    "count");
-				row("trace_failed", sys_names[k], tr[i].name, 1, "", r.failed, "count");
-				row("trace_realloc_same_va", sys_names[k], tr[i].name, 1, "",
-				    r.reallocs_same_va, "count");
-			}
-			free(tr[i].ops);
-		}
-		printf("\n(stale: registrations whose BUFFER_ID is not the address's current one, "
-		       "checked outside the timed call; short: range not covering the request; "
-		       "same-VA: allocations that came back at a VA registered before its free; "
-		       "peak MiB: bytes pinned at most, against the limit)\n");
-	}
-	if (csv)
-		fclose(csv);
+	if (!o.no_traces)
+		traces(&o);
+	report_csv_close();
 	return 0;
 }

@@ -2,7 +2,7 @@
 /*
  * The preload's hit against the library's, in one process (issue 16 item 4). Run with
  * LD_PRELOAD=libgdrcache-preload.so and LD_LIBRARY_PATH at the fake libibverbs (tests/preload:
- * the GPU machines have no NIC), on the real CUDA driver: bench/run-gpu-preload.sh.
+ * the GPU machines have no NIC), on the real CUDA driver: bench/run-gpu.sh preload.
  *   preload   ibv_reg_mr + ibv_dereg_mr of a cached GPU buffer: the preload's interposers, its
  *             shadow MR, the cache's hit (GDR_REG_CACHED_ONLY: no driver call in mode events)
  *   library   gdr_reg + gdr_dereg of the same buffers, with the same PD, on a cache of its own

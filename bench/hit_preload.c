@@ -5,8 +5,8 @@
  * defaults and GDRCACHE_* environment, validation "auto"). The GPU machines have no NIC, so the
  * PD and the NIC registration a miss makes are the fake libibverbs' of tests/preload (free, where a
  * real one costs tens of microseconds). Available only where bench_hit runs with
- * LD_PRELOAD=libgdrcache-preload.so and LD_LIBRARY_PATH at the fake (bench/run-gpu-preload.sh,
- * "hits"). Not in the traces: the preload's cache is the library's, so their hit rates are
+ * LD_PRELOAD=libgdrcache-preload.so and LD_LIBRARY_PATH at the fake (bench/run-gpu.sh
+ * preload-hits). Not in the traces: the preload's cache is the library's, so their hit rates are
  * gdr-events', and it says nothing of its misses or pins to the program.
  */
 #define _GNU_SOURCE
@@ -41,7 +41,7 @@ int pre_open(struct sys *s, const struct sys_limits *lim)
 	*(void **)&count = dlsym(RTLD_DEFAULT, "fake_ibv_count");
 	if (!count) {
 		snprintf(s->why, sizeof(s->why), "needs the fake libibverbs of tests/preload in "
-			 "LD_LIBRARY_PATH (no NIC here: bench/run-gpu-preload.sh hits)");
+			 "LD_LIBRARY_PATH (no NIC here: bench/run-gpu.sh preload-hits)");
 		return -ENODEV;
 	}
 	/* (ibv_reg_mr) without a call: the function, not verbs.h's macro */

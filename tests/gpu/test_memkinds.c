@@ -15,7 +15,7 @@
  *   ipc     a second process (forked before cuInit) imports memory by a legacy IPC handle (the
  *           driver exports no dma-buf of it: refused with -EOPNOTSUPP) and by a VMM POSIX fd
  *           (registers; its BUFFER_ID is the importer's; cuMemUnmap drops it before it returns).
- * Prints TAP-like lines and the figures for bench/RESULTS.md.
+ * Prints TAP-like lines and the figures of docs/memory-kinds.md.
  * Usage: test_memkinds [pool|multi|ipc]... (default: all)
  */
 #define _GNU_SOURCE
