@@ -4,7 +4,7 @@
  * It registers buffers with libgdrcache (gdr_reg/gdr_dereg around every operation; the cache makes
  * that cheap and never hands out a stale registration), moves data with verbs RDMA WRITE over one RC
  * queue pair per peer, and uses MPI only to exchange queue-pair addresses and keys and to
- * synchronise. See README.md ("Unmodified verbs programs") for how to launch it.
+ * synchronise. See docs/preload.md for how to launch it.
  */
 #ifndef GDR_TRANSPORT_H
 #define GDR_TRANSPORT_H

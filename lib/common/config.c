@@ -262,8 +262,8 @@ static struct gdr_config_tests tests;
  * named, defaulted and described: its parser, where the value goes, the form it takes, its default
  * as documented and what it sets, in one line. GDRCACHE_LOG_FILE and GDRCACHE_LOG first: a message
  * about another variable goes where and as they say. gdrcache(7)'s list is generated from it
- * (docs/man/mkman.py); the header's environment comment and the README's table are checked against
- * it (tests/packaging/check_config_docs.py).
+ * (docs/man/mkman.py); the header's environment comment and docs/configuration.md's table are checked
+ * against it (tests/packaging/check_config_docs.py).
  *
  * Rows marked .test are test switches: they select a code path for a test of it, are known (never
  * warned about as a typo) and shown by gdrcache_info when set, and are documented here only.

@@ -26,7 +26,7 @@ const struct gdr_config *gdr_config_get(void);
 
 /*
  * One row of config.c's table, the only place a variable is named, defaulted and described: the
- * header's environment comment, the README's table and gdrcache(7) follow it (docs/man/mkman.py
+ * header's environment comment, docs/configuration.md's table and gdrcache(7) follow it (docs/man/mkman.py
  * generates the page's list; tests/packaging/check_config_docs.py checks the other two).
  */
 struct gdr_config_var {

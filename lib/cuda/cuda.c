@@ -156,7 +156,7 @@ static void cuda_load(void)
 	RESOLVE(dmabuf, "cuMemGetHandleForAddressRange", false);
 #undef RESOLVE
 
-	/* The oldest driver the library is written for (README: requirements). Older ones lack
+	/* The oldest driver the library is written for (README.md, "Installing it"). Older ones lack
 	 * cuGetProcAddress (refused above) or answer it with entry points of other prototypes. */
 	if (cu.driver_version) {
 		int v = 0;

@@ -6,9 +6,9 @@ docs/man/mkman.py, whose parser of the table this uses):
 
 - the environment comment at the top of include/gdrcache.h: exactly the table's user variables,
   each as "NAME  DESCRIPTION (default DEFAULT)" (wrapped lines joined);
-- the README's configuration table: exactly the same variables, each row's default cell the
-  table's default and its meaning the table's description, optionally followed by details
-  ("; ...", ": ...", ". ...", " (...", ", ..."); backticks are ignored.
+- docs/configuration.md's table (its "## Variables" section): exactly the same variables, each
+  row's default cell the table's default and its meaning the table's description, optionally
+  followed by details ("; ...", ": ...", ". ...", " (...", ", ..."); backticks are ignored.
 
 Usage: check_config_docs.py SOURCE        exit 0 pass, 1 fail
        check_config_docs.py SOURCE --expect   print the header's lines the table asks for
@@ -23,7 +23,7 @@ import mkman  # noqa: E402  (the one parser of the table)
 
 CONFIG_C = os.path.join(src, "lib", "common", "config.c")
 HEADER = os.path.join(src, "include", "gdrcache.h")
-README = os.path.join(src, "README.md")
+CONFIG_MD = os.path.join(src, "docs", "configuration.md")
 NAME_COL = 23  # " *   " + the name padded to this width
 
 
@@ -68,17 +68,17 @@ def header_vars():
     return {k: norm(v) for k, v in out.items()}
 
 
-def readme_vars():
-    """{name: (default, meaning)} of the README's configuration table."""
-    text = open(README).read()
-    start = text.index("\n### Configuration")
-    end = text.find("\n### ", start + 1)
+def doc_vars():
+    """{name: (default, meaning)} of docs/configuration.md's table."""
+    text = open(CONFIG_MD).read()
+    start = text.index("\n## Variables")
+    end = text.find("\n## ", start + 1)
     out = {}
     for line in text[start:end if end >= 0 else len(text)].split("\n"):
         m = re.match(r"^\| `(GDRCACHE_[A-Z0-9_]+)` \|(.*?)\|(.*)\|\s*$", line)
         if m:
             if m.group(1) in out:
-                fail("the README lists %s twice" % m.group(1))
+                fail("docs/configuration.md lists %s twice" % m.group(1))
             out[m.group(1)] = (norm(m.group(2)), norm(m.group(3)))
     return out
 
@@ -115,20 +115,20 @@ def main():
             fail("include/gdrcache.h: %s says\n      %s\n    the table says\n      %s" % (
                 name, text, norm(header_text(var))))
 
-    rdm = readme_vars()
-    same_names("the README's configuration table", rdm, by_name)
+    rdm = doc_vars()
+    same_names("docs/configuration.md's table", rdm, by_name)
     for name, (dflt, meaning) in sorted(rdm.items()):
         var = by_name.get(name)
         if not var:
             continue
         if dflt != norm(var["dflt"]):
-            fail("README: %s's default is \"%s\", the table's \"%s\"" % (name, dflt,
+            fail("docs/configuration.md: %s's default is \"%s\", the table's \"%s\"" % (name, dflt,
                                                                        norm(var["dflt"])))
         desc = norm(var["desc"])
         rest = meaning[len(desc):]
         if not meaning.startswith(desc) or not (rest == "" or rest.startswith(
                 (";", ":", ".", ",", " ("))):
-            fail("README: %s's meaning does not start with the table's description\n"
+            fail("docs/configuration.md: %s's meaning does not start with the table's description\n"
                  "      \"%s\"\n    it is\n      \"%s\"" % (name, desc, meaning))
 
     for f in failures:
@@ -137,7 +137,7 @@ def main():
         print("(lib/common/config.c's table is the source: fix the copy, or the table and then "
               "every copy; `%s SOURCE --expect` prints the header's lines)" % sys.argv[0])
         return 1
-    print("ok: include/gdrcache.h and the README agree with lib/common/config.c's %d variables "
+    print("ok: include/gdrcache.h and docs/configuration.md agree with lib/common/config.c's %d variables "
           "(names, defaults, descriptions)" % len(table))
     return 0
 

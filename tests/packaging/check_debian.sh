@@ -90,10 +90,14 @@ done
 
 step "symbols, Maintainer, the preload's documented path"
 # Where the documents say the package puts the preload: /usr/lib/<triplet>/gdrcache/ (inside the
-# root, the package's own file list is compared with it).
+# root, the package's own file list is compared with it). README.md, preload/README.md and
+# gdrcache(7) must give it; no document, docs/*.md included, may give the old path.
 for d in README.md preload/README.md docs/man/gdrcache.man; do
 	grep -q '/usr/lib/[^/ ]*/gdrcache/libgdrcache-preload\.so' "$ROOT/$d" ||
 		fail "$d does not give the preload's path, /usr/lib/<triplet>/gdrcache/libgdrcache-preload.so"
+done
+for d in README.md preload/README.md docs/man/gdrcache.man "$ROOT"/docs/*.md; do
+	d=${d#"$ROOT"/}
 	old=$(grep -n '/usr/lib/[^/ ]*/libgdrcache-preload\.so' "$ROOT/$d")
 	[[ -z $old ]] || fail "$d gives the preload's old path: $old"
 done
@@ -212,7 +216,7 @@ if cmake -S consumer -B cm >cmake.log 2>&1 && cmake --build cm >>cmake.log 2>&1 
 else
 	cat cmake.log; fail "CMake consumer"
 fi
-# The preload at the path README ("Installing it") and gdrcache(7) give, and nowhere in the public
+# The preload at the path README.md ("Installing it") and gdrcache(7) give, and nowhere in the public
 # library directory; loaded from there (a preload ld.so cannot load is only warned about, so the
 # process's own map says).
 ma=$(gcc -print-multiarch)

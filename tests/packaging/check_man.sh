@@ -3,7 +3,7 @@
 # The manual pages (docs/man/gdrcache.man, built into BUILD/man by docs/man/mkman.py): every page
 # renders with `man -l` without a single groff or man warning; every function of the public API
 # (the GDRCACHE_0.* stanzas of lib/libgdrcache.map) has a page in section 3; the variables of
-# gdrcache(7) and of the README's configuration table are exactly lib/common/config.c's table (its
+# gdrcache(7) and of docs/configuration.md's table are exactly lib/common/config.c's table (its
 # user variables, as docs/man/mkman.py reads it; their defaults and descriptions:
 # check_config_docs.py).
 # Usage: check_man.sh BUILD SOURCE [PYTHON]. Exit 0 pass, 1 fail, 77 skip (no man or groff here).
@@ -39,7 +39,7 @@ done
 table=$("$python" "$src/docs/man/mkman.py" --variables "$src/lib/common/config.c" | sort)
 man7=$(cd "$build/man" && LC_ALL=C MANWIDTH=200 man -l man7/gdrcache.7 2>/dev/null |
 	sed -n '/^ENVIRONMENT/,/^[A-Z]/p' | grep -o '^       GDRCACHE_[A-Z0-9_]*$' | tr -d ' ' | sort)
-readme=$(sed -n '/^### Configuration/,/^### /p' "$src/README.md" | grep -o '^| `GDRCACHE_[A-Z0-9_]*`' |
+doc=$(sed -n '/^## Variables/,/^## /p' "$src/docs/configuration.md" | grep -o '^| `GDRCACHE_[A-Z0-9_]*`' |
 	grep -o 'GDRCACHE_[A-Z0-9_]*' | sort)
 [ -n "$table" ] || { echo "FAIL: no variables in lib/common/config.c's table"; fail=1; }
 if [ "$table" != "$man7" ]; then
@@ -48,11 +48,11 @@ if [ "$table" != "$man7" ]; then
 	diff "$build/man-vars.table" "$build/man-vars.man7"
 	fail=1
 fi
-if [ "$table" != "$readme" ]; then
-	echo "FAIL: the README's configuration table lists other variables than lib/common/config.c:"
-	echo "$table" >"$build/man-vars.table"; echo "$readme" >"$build/man-vars.readme"
-	diff "$build/man-vars.table" "$build/man-vars.readme"
+if [ "$table" != "$doc" ]; then
+	echo "FAIL: docs/configuration.md's table lists other variables than lib/common/config.c:"
+	echo "$table" >"$build/man-vars.table"; echo "$doc" >"$build/man-vars.doc"
+	diff "$build/man-vars.table" "$build/man-vars.doc"
 	fail=1
 fi
-[ $fail = 0 ] && echo "ok: gdrcache(7) and the README list lib/common/config.c's $(echo "$table" | wc -l) variables"
+[ $fail = 0 ] && echo "ok: gdrcache(7) and docs/configuration.md list lib/common/config.c's $(echo "$table" | wc -l) variables"
 exit $fail

@@ -229,8 +229,8 @@ static void test_same_meaning_as_preload(void **state)
 
 /* The table: every row named, with a form, a default and a description; its one test switch marked
  * as such; each documented default (its last word, for a derived limit's fallback) the value the
- * variable has when unset, so that the header, the README and gdrcache(7), which copy or are made
- * from the table (tests/packaging), say what the library does. */
+ * variable has when unset, so that the header, docs/configuration.md and gdrcache(7), which copy or
+ * are made from the table (tests/packaging), say what the library does. */
 struct rows {
 	char names[32][64];
 	char fixed[32][300];

@@ -646,7 +646,7 @@ static void test_exit_from_handler_inside_reg(void **state)
 
 /* The same exit() while the statistics signal's thread prints: it holds the list of caches' lock and
  * waits for the cache lock the interrupted registration holds. The statistics at exit must not wait
- * for the list then (kill -USR2 before a job is killed: the README's advice). */
+ * for the list then (kill -USR2 before a job is killed: the advice of docs/configuration.md). */
 static void signal_then_exit_in_driver(const char *entry, void *arg)
 {
 	(void)arg;
