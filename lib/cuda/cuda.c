@@ -18,8 +18,14 @@
 #include "cuda/cuda.h"
 #include "cuda/cuda_abi.h"
 
-/* The watch of the first gdr_cuda_load (set before its pthread_once), read by the borrows. */
-static const struct gdr_cuda_watch *watch;
+/* The watch of the first gdr_cuda_load that gave one (set before its pthread_once, never changed
+ * after), read by the borrows and exports of any thread: always through watch_get. */
+static const struct gdr_cuda_watch *watch_set;
+
+static const struct gdr_cuda_watch *watch_get(void)
+{
+	return __atomic_load_n(&watch_set, __ATOMIC_ACQUIRE);
+}
 
 static struct {
 	int status; /* 0, or -ENODEV */
@@ -88,6 +94,7 @@ static bool only_thread(void)
 static void cuda_load(void)
 {
 	const struct gdr_config *cfg = gdr_config_get();
+	const struct gdr_cuda_watch *w;
 	gdr_cuGetProcAddress_v2_t gpa2;
 	gdr_cuGetProcAddress_v1_t gpa1 = NULL;
 	bool fresh;
@@ -174,8 +181,9 @@ static void cuda_load(void)
 	 * patching another thread of the program may have loaded libcuda itself and called into it.
 	 * Only a process with no other thread is sure to have none inside it. Before cuInit: the
 	 * driver starts no thread of its own before it. libcuda stays loaded. */
-	if (watch && watch->loaded)
-		watch->loaded(h, fresh && only_thread());
+	w = watch_get();
+	if (w && w->loaded)
+		w->loaded(h, fresh && only_thread());
 	rc = cu.init(0);
 	if (rc != GDR_CUDA_SUCCESS) {
 		gdr_warn("cuInit failed: %s (%d): GPU paths disabled", cu_err(rc), rc);
@@ -205,8 +213,8 @@ int gdr_cuda_load(const struct gdr_cuda_watch *w)
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	const struct gdr_cuda_watch *none = NULL;
 
-	if (w)
-		__atomic_compare_exchange_n(&watch, &none, w, false, __ATOMIC_ACQ_REL,
+	if (w && !watch_get())
+		__atomic_compare_exchange_n(&watch_set, &none, w, false, __ATOMIC_ACQ_REL,
 					    __ATOMIC_ACQUIRE);
 	pthread_once(&once, cuda_load_once);
 	return cu.status;
@@ -352,8 +360,10 @@ struct borrow {
  * lacks cuDevicePrimaryCtxGetState / Release (the fake driver's older builds, pre-7.0 drivers). */
 static void own_release(uint64_t token)
 {
-	if (watch && watch->own_release)
-		watch->own_release(token);
+	const struct gdr_cuda_watch *w = watch_get();
+
+	if (w && w->own_release)
+		w->own_release(token);
 }
 
 static gdr_CUcontext primary_ctx_kept(gdr_CUdevice dev, int device)
@@ -380,6 +390,7 @@ static gdr_CUcontext primary_ctx_kept(gdr_CUdevice dev, int device)
  * (logged). */
 static int context_borrow(int device, struct borrow *b)
 {
+	const struct gdr_cuda_watch *w = watch_get();
 	gdr_CUcontext cur = NULL, ctx = NULL;
 	gdr_CUdevice dev, cur_dev;
 	unsigned int flags = 0;
@@ -398,12 +409,12 @@ static int context_borrow(int device, struct borrow *b)
 	if (!cu.primary_get_state || !cu.primary_release) {
 		ctx = primary_ctx_kept(dev, device);
 	} else {
-		b->token = watch && watch->borrow_begin ? watch->borrow_begin() : 0;
+		b->token = w && w->borrow_begin ? w->borrow_begin() : 0;
 		if (cu.primary_get_state(dev, &flags, &active) == GDR_CUDA_SUCCESS && active &&
 		    cu.primary_retain(&ctx, dev) == GDR_CUDA_SUCCESS)
 			b->retained = true;
-		if (watch && watch->borrow_looked)
-			watch->borrow_looked(b->retained);
+		if (w && w->borrow_looked)
+			w->borrow_looked(b->retained);
 		if (!b->retained && !active) {
 			if (cur)
 				return 0; /* another's context exports: docs/FACTS.md, "Several GPUs" */
@@ -507,6 +518,7 @@ out:
 
 int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 {
+	const struct gdr_cuda_watch *w = watch_get();
 	struct borrow b;
 	int h = -1;
 	int rc, err;
@@ -518,11 +530,11 @@ int gdr_cuda_dmabuf_export(uint64_t base, uint64_t len, int device, int *fd)
 	err = context_borrow(device, &b);
 	if (err)
 		return err;
-	if (watch && watch->own_export)
-		watch->own_export(true);
+	if (w && w->own_export)
+		w->own_export(true);
 	rc = cu.dmabuf(&h, base, len, GDR_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-	if (watch && watch->own_export)
-		watch->own_export(false);
+	if (w && w->own_export)
+		w->own_export(false);
 	context_return(&b);
 	if (rc != GDR_CUDA_SUCCESS) {
 		/* INVALID_VALUE on a range the driver calls device memory: memory it will not export
